@@ -1,0 +1,71 @@
+"""Chat history per conversation id, bounded in conversations and in turns."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from .engines.llm import Message
+
+
+@dataclass
+class _History:
+    turns: list[tuple[str, str]] = field(default_factory=list)  # (user, assistant)
+    touched: float = field(default_factory=time.monotonic)
+
+
+class ConversationStore:
+    """Keeps the last `max_turns` exchanges of the `max_conversations` most recent ids.
+
+    Home Assistant keeps a satellite's conversation_id for five minutes; we
+    forget a conversation after `ttl_seconds` idle so memory stays bounded.
+    """
+
+    def __init__(
+        self,
+        system_prompt: str,
+        max_turns: int = 6,
+        max_conversations: int = 64,
+        ttl_seconds: float = 300.0,
+    ) -> None:
+        self.system_prompt = system_prompt
+        self.max_turns = max_turns
+        self.max_conversations = max_conversations
+        self.ttl_seconds = ttl_seconds
+        self._histories: OrderedDict[str, _History] = OrderedDict()
+
+    def messages(self, conversation_id: str | None, user_text: str) -> list[Message]:
+        """The prompt for a new user turn: system prompt, kept history, the new text."""
+        messages: list[Message] = [{"role": "system", "content": self.system_prompt}]
+        history = self._get(conversation_id)
+        if history is not None:
+            for user, assistant in history.turns:
+                messages.append({"role": "user", "content": user})
+                messages.append({"role": "assistant", "content": assistant})
+        messages.append({"role": "user", "content": user_text})
+        return messages
+
+    def record(self, conversation_id: str | None, user_text: str, reply: str) -> None:
+        if not conversation_id:
+            return  # no id, no memory: each turn stands alone
+        history = self._get(conversation_id) or _History()
+        history.turns.append((user_text, reply))
+        del history.turns[: -self.max_turns]
+        history.touched = time.monotonic()
+        self._histories[conversation_id] = history
+        self._histories.move_to_end(conversation_id)
+        while len(self._histories) > self.max_conversations:
+            self._histories.popitem(last=False)
+
+    def _get(self, conversation_id: str | None) -> _History | None:
+        if not conversation_id:
+            return None
+        history = self._histories.get(conversation_id)
+        if history is not None and time.monotonic() - history.touched > self.ttl_seconds:
+            del self._histories[conversation_id]
+            return None
+        return history
+
+    def __len__(self) -> int:
+        return len(self._histories)

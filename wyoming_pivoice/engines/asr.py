@@ -1,0 +1,77 @@
+"""Speech to text with faster-whisper (CTranslate2)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..models import resolve_whisper
+
+
+@dataclass(frozen=True)
+class AsrSettings:
+    model: str = "embedded"
+    compute_type: str = "int8"
+    beam_size: int = 1
+    language: str | None = "en"
+    initial_prompt: str | None = None
+    threads: int = 0  # 0: CTranslate2 picks
+    without_timestamps: bool = True
+
+
+class WhisperAsr:
+    """Loads one Whisper model; `segments` is blocking and must run in a worker thread."""
+
+    def __init__(self, settings: AsrSettings) -> None:
+        from faster_whisper import WhisperModel  # heavy import, only when a model is loaded
+
+        self.settings = settings
+        self.model_path = resolve_whisper(settings.model)
+        self.model = WhisperModel(
+            self.model_path,
+            device="cpu",
+            compute_type=settings.compute_type,
+            cpu_threads=settings.threads,
+        )
+        # English-only models (tiny.en …) cannot be asked for another language.
+        self.english_only = not self.model.model.is_multilingual
+
+    @property
+    def name(self) -> str:
+        return Path(self.model_path).name if "/" in self.model_path else self.model_path
+
+    @property
+    def languages(self) -> list[str]:
+        if self.english_only:
+            return ["en"]
+        return list(self.model.supported_languages)
+
+    def segments(
+        self, audio: np.ndarray, language: str | None = None, cancel: threading.Event | None = None
+    ) -> Iterator[str]:
+        """Yield the text of each decoded segment of 16 kHz mono float32 audio."""
+        if audio.size == 0:
+            return
+        lang = "en" if self.english_only else (language or self.settings.language)
+        segments, _info = self.model.transcribe(
+            audio,
+            language=lang,
+            beam_size=self.settings.beam_size,
+            initial_prompt=self.settings.initial_prompt,
+            without_timestamps=self.settings.without_timestamps,
+            condition_on_previous_text=False,
+            vad_filter=False,  # the satellite already trims with Silero VAD
+        )
+        for segment in segments:  # decoding happens lazily, segment by segment
+            if cancel is not None and cancel.is_set():
+                return
+            text = segment.text.strip()
+            if text:
+                yield text
+
+    def transcribe(self, audio: np.ndarray, language: str | None = None) -> str:
+        return " ".join(self.segments(audio, language))

@@ -1,0 +1,112 @@
+"""Running blocking model code from asyncio: load once, one call at a time, stream results.
+
+A `ModelSlot` owns one model for the whole process. It loads in a worker thread
+(so a server can answer `describe` while it loads), and serialises calls so
+concurrent clients queue for the model instead of interleaving inside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Generic, TypeVar
+
+_LOGGER = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_DONE = object()
+
+
+class ModelSlot(Generic[T]):
+    def __init__(self, name: str, loader: Callable[[], T]) -> None:
+        self.name = name
+        self._loader = loader
+        self._load_task: asyncio.Future[T] | None = None
+        self._lock = asyncio.Lock()
+        self.load_seconds: float | None = None
+
+    def start_loading(self) -> asyncio.Future[T]:
+        """Begin loading in a worker thread (idempotent)."""
+        if self._load_task is None:
+            loop = asyncio.get_running_loop()
+            self._load_task = loop.run_in_executor(None, self._timed_load)
+        return self._load_task
+
+    def _timed_load(self) -> T:
+        start = time.monotonic()
+        _LOGGER.info("Loading %s", self.name)
+        model = self._loader()
+        self.load_seconds = time.monotonic() - start
+        _LOGGER.info("Loaded %s in %.2f s", self.name, self.load_seconds)
+        return model
+
+    @property
+    def loaded(self) -> bool:
+        task = self._load_task
+        return task is not None and task.done() and task.exception() is None
+
+    async def get(self) -> T:
+        return await asyncio.shield(self.start_loading())
+
+    async def run(self, fn: Callable[[T], R]) -> R:
+        """Run fn(model) in a worker thread, one caller at a time."""
+        model = await self.get()
+        async with self._lock:
+            return await asyncio.get_running_loop().run_in_executor(None, fn, model)
+
+    async def stream(
+        self, fn: Callable[[T, threading.Event], Iterator[R]]
+    ) -> AsyncIterator[R]:
+        """Iterate fn(model, cancel) in a worker thread, holding the model until done.
+
+        Leaving the `async for` early (break, exception, task cancel) sets the
+        cancel event so the worker stops at its next item instead of running on.
+        """
+        model = await self.get()
+        async with self._lock:
+            async for item in iterate_in_thread(lambda cancel: fn(model, cancel)):
+                yield item
+
+
+async def iterate_in_thread(
+    factory: Callable[[threading.Event], Iterator[R]],
+) -> AsyncIterator[R]:
+    """Drive a blocking iterator in a worker thread and yield its items on the loop."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[object] = asyncio.Queue()
+    cancel = threading.Event()
+
+    def worker() -> None:
+        try:
+            for item in factory(cancel):
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+                if cancel.is_set():
+                    break
+        except BaseException as err:  # handed to the consumer, raised there
+            loop.call_soon_threadsafe(queue.put_nowait, _Failure(err))
+        finally:
+            loop.call_soon_threadsafe(queue.put_nowait, _DONE)
+
+    future = loop.run_in_executor(None, worker)
+    try:
+        while True:
+            item = await queue.get()
+            if item is _DONE:
+                break
+            if isinstance(item, _Failure):
+                raise item.error
+            yield item  # type: ignore[misc]
+    finally:
+        cancel.set()
+        # Hold the model until the worker has really stopped using it.
+        await asyncio.shield(future)
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error

@@ -1,0 +1,70 @@
+"""Text to speech with Piper, one audio buffer per sentence."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..models import resolve_voice
+
+
+@dataclass(frozen=True)
+class TtsSettings:
+    voice: str = "embedded"
+    speaker: str | None = None  # a name from the voice's speaker map, or an id
+    length_scale: float | None = None
+    voice_dirs: tuple[str, ...] = ()
+
+
+class PiperTts:
+    """Loads one Piper voice; `sentences` is blocking and must run in a worker thread."""
+
+    sample_width = 2
+    channels = 1
+
+    def __init__(self, settings: TtsSettings) -> None:
+        from piper import PiperVoice, SynthesisConfig
+
+        self.settings = settings
+        self.model_path = resolve_voice(settings.voice, [Path(d) for d in settings.voice_dirs])
+        self.voice = PiperVoice.load(self.model_path)
+        self._config_cls = SynthesisConfig
+        config = json.loads(Path(f"{self.model_path}.json").read_text(encoding="utf-8"))
+        self.language = (config.get("language") or {}).get("code", "en_US")
+        self.speaker_ids: dict[str, int] = dict(config.get("speaker_id_map") or {})
+
+    @property
+    def name(self) -> str:
+        return self.model_path.stem
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self.voice.config.sample_rate)
+
+    def speaker_id(self, speaker: str | None) -> int | None:
+        speaker = speaker if speaker is not None else self.settings.speaker
+        if speaker is None or not self.speaker_ids:
+            return None
+        if speaker in self.speaker_ids:
+            return self.speaker_ids[speaker]
+        if speaker.isdigit() and int(speaker) < len(self.speaker_ids):
+            return int(speaker)
+        raise ValueError(f"voice {self.name} has no speaker {speaker!r}")
+
+    def sentences(
+        self, text: str, speaker: str | None = None, cancel: threading.Event | None = None
+    ) -> Iterator[bytes]:
+        """Yield 16-bit mono PCM at `sample_rate`, one buffer per sentence."""
+        config = self._config_cls(
+            speaker_id=self.speaker_id(speaker), length_scale=self.settings.length_scale
+        )
+        for chunk in self.voice.synthesize(text, syn_config=config):
+            if cancel is not None and cancel.is_set():
+                return
+            yield chunk.audio_int16_bytes
+
+    def synthesize(self, text: str, speaker: str | None = None) -> bytes:
+        return b"".join(self.sentences(text, speaker))

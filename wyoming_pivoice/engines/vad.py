@@ -1,0 +1,65 @@
+"""Silero VAD on onnxruntime (no torch), chunk by chunk with its recurrent state carried."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..models import silero_vad_onnx
+
+SAMPLE_RATE = 16000
+CHUNK_SAMPLES = 512  # 32 ms: the chunk size Silero is trained on at 16 kHz
+CONTEXT_SAMPLES = 64  # Silero v5+ sees the previous chunk's last 64 samples
+
+
+class SileroVad:
+    """Speech probability for each 512-sample chunk of 16 kHz mono float32 audio.
+
+    Two ONNX layouts exist: the silero-vad package's (`input`, `state`, `sr`) and
+    the one faster-whisper ships (`input` of 576 samples, `h`, `c`). Both carry
+    recurrent state and a 64-sample context between calls, which we keep here.
+    """
+
+    def __init__(self, model_path: Path | None = None) -> None:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        # One thread: a 32 ms chunk is tiny and the cores belong to ASR and the LLM.
+        options.inter_op_num_threads = 1
+        options.intra_op_num_threads = 1
+        self.model_path = model_path or silero_vad_onnx()
+        self.session = onnxruntime.InferenceSession(
+            str(self.model_path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        inputs = {i.name for i in self.session.get_inputs()}
+        self._split_state = "h" in inputs  # faster-whisper's layout
+        self.reset()
+
+    def reset(self) -> None:
+        self._context = np.zeros(CONTEXT_SAMPLES, dtype=np.float32)
+        if self._split_state:
+            self._h = np.zeros((1, 1, 128), dtype=np.float32)
+            self._c = np.zeros((1, 1, 128), dtype=np.float32)
+        else:
+            self._state = np.zeros((2, 1, 128), dtype=np.float32)
+
+    def probability(self, chunk: np.ndarray) -> float:
+        if chunk.shape != (CHUNK_SAMPLES,):
+            raise ValueError(f"Silero VAD takes {CHUNK_SAMPLES} samples, got {chunk.shape}")
+        window = np.concatenate([self._context, chunk.astype(np.float32, copy=False)])
+        self._context = window[-CONTEXT_SAMPLES:]
+        if self._split_state:
+            probs, self._h, self._c = self.session.run(
+                None, {"input": window[np.newaxis, :], "h": self._h, "c": self._c}
+            )
+        else:
+            probs, self._state = self.session.run(
+                None,
+                {
+                    "input": window[np.newaxis, :],
+                    "state": self._state,
+                    "sr": np.array(SAMPLE_RATE, dtype=np.int64),
+                },
+            )
+        return float(np.asarray(probs).reshape(-1)[0])

@@ -1,0 +1,1 @@
+"""The Wyoming server: ASR, conversation (handle) and TTS in one endpoint."""

@@ -1,0 +1,110 @@
+"""`wyoming-pivoice server`: command-line options → ServerSettings."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from ..engines.asr import AsrSettings
+from ..engines.llm import LlmSettings
+from ..engines.tts import TtsSettings
+from ..models import EMBEDDED
+from ..settings import DEFAULT_SERVER_URI, ServerSettings, ZeroconfSettings
+from .limits import Limits
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "server", help="serve ASR, conversation and TTS over Wyoming",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--uri", default=DEFAULT_SERVER_URI, help="tcp://HOST:PORT, unix://PATH or stdio://")
+
+    asr = parser.add_argument_group("speech to text (faster-whisper)")
+    asr.add_argument("--asr-model", default=EMBEDDED,
+                     help="'embedded' (Whisper tiny.en), a CTranslate2 model folder, or a model name")
+    asr.add_argument("--asr-compute-type", default="int8", help="int8, int8_float32, float32 …")
+    asr.add_argument("--asr-beam-size", type=int, default=1)
+    asr.add_argument("--asr-language", default="en", help="language code, or 'auto'")
+    asr.add_argument("--asr-initial-prompt", default=None)
+    asr.add_argument("--asr-threads", type=int, default=0, help="0: CTranslate2's default")
+
+    tts = parser.add_argument_group("text to speech (piper)")
+    tts.add_argument("--voice", default=EMBEDDED,
+                     help="'embedded' (en_US-joe-medium), a path to an .onnx voice, or a voice name")
+    tts.add_argument("--voice-dir", action="append", default=[],
+                     help="folder to look for voices by name in (repeatable)")
+    tts.add_argument("--tts-speaker", default=None, help="speaker name or id of a multi-speaker voice")
+    tts.add_argument("--tts-length-scale", type=float, default=None, help="< 1 speaks faster")
+
+    llm = parser.add_argument_group("conversation (llama.cpp)")
+    llm.add_argument("--llm-model", default=EMBEDDED,
+                     help="'embedded' (SmolLM2-135M-Instruct Q4_1) or a path to a .gguf file")
+    llm.add_argument("--llm-threads", type=int, default=0, help="0: all cores")
+    llm.add_argument("--llm-context", type=int, default=2048)
+    llm.add_argument("--llm-language", action="append", default=None,
+                     help="language the model answers in (repeatable; default en)")
+    llm.add_argument("--max-tokens", type=int, default=256, help="cap on one reply")
+    llm.add_argument("--system-prompt", default=LlmSettings.system_prompt)
+    llm.add_argument("--llm-lazy", action="store_true",
+                     help="load the LLM on the first conversation turn instead of at start")
+
+    limits = parser.add_argument_group("limits")
+    limits.add_argument("--max-audio-seconds", type=float, default=Limits.max_audio_seconds)
+    limits.add_argument("--max-text-chars", type=int, default=Limits.max_text_chars)
+    limits.add_argument("--max-frame-bytes", type=int, default=Limits.max_frame_bytes)
+    limits.add_argument("--max-clients", type=int, default=Limits.max_clients)
+    limits.add_argument("--idle-timeout", type=float, default=Limits.idle_timeout)
+
+    zeroconf = parser.add_argument_group("discovery")
+    zeroconf.add_argument("--no-zeroconf", action="store_true", help="do not advertise over mDNS")
+    zeroconf.add_argument("--zeroconf-name", default=None, help="default: pivoice-<hostname>")
+    zeroconf.add_argument("--zeroconf-host", default=None, help="address to advertise; default: detected")
+    parser.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> ServerSettings:
+    language = None if args.asr_language in (None, "", "auto") else args.asr_language
+    return ServerSettings(
+        uri=args.uri,
+        asr=AsrSettings(
+            model=args.asr_model,
+            compute_type=args.asr_compute_type,
+            beam_size=args.asr_beam_size,
+            language=language,
+            initial_prompt=args.asr_initial_prompt,
+            threads=args.asr_threads,
+        ),
+        tts=TtsSettings(
+            voice=args.voice,
+            speaker=args.tts_speaker,
+            length_scale=args.tts_length_scale,
+            voice_dirs=tuple(args.voice_dir),
+        ),
+        llm=LlmSettings(
+            model=args.llm_model,
+            threads=args.llm_threads,
+            context=args.llm_context,
+            max_tokens=args.max_tokens,
+            system_prompt=args.system_prompt,
+        ),
+        llm_lazy=args.llm_lazy,
+        llm_languages=tuple(args.llm_language or ["en"]),
+        limits=Limits(
+            max_audio_seconds=args.max_audio_seconds,
+            max_text_chars=args.max_text_chars,
+            max_frame_bytes=args.max_frame_bytes,
+            max_clients=args.max_clients,
+            idle_timeout=args.idle_timeout,
+        ),
+        zeroconf=ZeroconfSettings(
+            enabled=not args.no_zeroconf, name=args.zeroconf_name, host=args.zeroconf_host
+        ),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from .app import serve
+
+    asyncio.run(serve(settings_from_args(args)))
+    return 0

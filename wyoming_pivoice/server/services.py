@@ -1,0 +1,47 @@
+"""The process-wide state every connection shares: one slot per model, the limits,
+the conversation histories and the client count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..conversation import ConversationStore
+from ..engines.asr import WhisperAsr
+from ..engines.llm import LlamaChat
+from ..engines.runtime import ModelSlot
+from ..engines.tts import PiperTts
+from ..settings import ServerSettings
+from .info import ServiceDescription
+
+
+@dataclass
+class Services:
+    settings: ServerSettings
+    description: ServiceDescription
+    asr: ModelSlot[WhisperAsr]
+    tts: ModelSlot[PiperTts]
+    llm: ModelSlot[LlamaChat]
+    conversations: ConversationStore
+    clients: int = 0
+    served: dict[str, int] = field(default_factory=dict)  # requests answered, by kind
+
+    @classmethod
+    def from_settings(cls, settings: ServerSettings) -> Services:
+        return cls(
+            settings=settings,
+            description=ServiceDescription.from_settings(settings),
+            asr=ModelSlot("ASR (faster-whisper)", lambda: WhisperAsr(settings.asr)),
+            tts=ModelSlot("TTS (piper)", lambda: PiperTts(settings.tts)),
+            llm=ModelSlot("LLM (llama.cpp)", lambda: LlamaChat(settings.llm)),
+            conversations=ConversationStore(settings.llm.system_prompt),
+        )
+
+    def start_loading(self) -> None:
+        """ASR and TTS always preload; the LLM too unless --llm-lazy (then on first turn)."""
+        self.asr.start_loading()
+        self.tts.start_loading()
+        if not self.settings.llm_lazy:
+            self.llm.start_loading()
+
+    def count(self, kind: str) -> None:
+        self.served[kind] = self.served.get(kind, 0) + 1

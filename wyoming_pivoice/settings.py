@@ -1,0 +1,31 @@
+"""Typed settings for each subcommand; argparse stops at the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .engines.asr import AsrSettings
+from .engines.llm import LlmSettings
+from .engines.tts import TtsSettings
+from .server.limits import Limits
+
+DEFAULT_SERVER_URI = "tcp://0.0.0.0:10800"
+
+
+@dataclass(frozen=True)
+class ZeroconfSettings:
+    enabled: bool = True
+    name: str | None = None  # default: derived from the host name
+    host: str | None = None  # address to advertise; default: detected
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    uri: str = DEFAULT_SERVER_URI
+    asr: AsrSettings = field(default_factory=AsrSettings)
+    tts: TtsSettings = field(default_factory=TtsSettings)
+    llm: LlmSettings = field(default_factory=LlmSettings)
+    llm_lazy: bool = False
+    llm_languages: tuple[str, ...] = ("en",)
+    limits: Limits = field(default_factory=Limits)
+    zeroconf: ZeroconfSettings = field(default_factory=ZeroconfSettings)

@@ -1,0 +1,67 @@
+"""Advertising an endpoint as `_wyoming._tcp.local.` so Home Assistant discovers it.
+
+We use the zeroconf library directly rather than `wyoming.zeroconf` because we
+need to unregister on shutdown and to choose the interfaces (tests advertise on
+a private network namespace's loopback only).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+
+from zeroconf import InterfaceChoice
+from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
+
+_LOGGER = logging.getLogger(__name__)
+
+SERVICE_TYPE = "_wyoming._tcp.local."
+_MDNS_GROUP = "224.0.0.251"
+
+
+def default_name(role: str) -> str:
+    """`pivoice-<host>` for the server, `pivoice-<host>-satellite` for the satellite."""
+    host = re.sub(r"[^A-Za-z0-9-]+", "-", socket.gethostname()).strip("-") or "pi"
+    return f"pivoice-{host}" if role == "server" else f"pivoice-{host}-{role}"
+
+
+def detect_host() -> str:
+    """The address other machines reach us on: the source address of the mDNS route."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((_MDNS_GROUP, 5353))
+            return probe.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+
+
+class Advertiser:
+    """Registers one Wyoming service for as long as the endpoint runs."""
+
+    def __init__(self, name: str, port: int, host: str | None = None) -> None:
+        self.name = name
+        self.port = port
+        self.host = host if host and host not in ("0.0.0.0", "") else detect_host()
+        self._zeroconf: AsyncZeroconf | None = None
+        self._info: AsyncServiceInfo | None = None
+
+    async def start(self) -> None:
+        self._zeroconf = AsyncZeroconf(interfaces=InterfaceChoice.All)
+        self._info = AsyncServiceInfo(
+            SERVICE_TYPE,
+            f"{self.name}.{SERVICE_TYPE}",
+            addresses=[socket.inet_aton(self.host)],
+            port=self.port,
+            server=f"{self.name}.local.",
+        )
+        await self._zeroconf.async_register_service(self._info)
+        _LOGGER.info("Advertising %s on %s:%s over zeroconf", self.name, self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._zeroconf is None:
+            return
+        if self._info is not None:
+            await self._zeroconf.async_unregister_service(self._info)
+        await self._zeroconf.async_close()
+        self._zeroconf = None
