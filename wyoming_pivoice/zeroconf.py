@@ -11,6 +11,7 @@ import logging
 import re
 import socket
 
+import ifaddr
 from zeroconf import InterfaceChoice
 from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
@@ -31,9 +32,20 @@ def detect_host() -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:
             probe.connect((_MDNS_GROUP, 5353))
-            return probe.getsockname()[0]
+            address = probe.getsockname()[0]
         except OSError:
-            return "127.0.0.1"
+            address = "0.0.0.0"
+    if address != "0.0.0.0":
+        return address
+    # No source address for the multicast route (e.g. a loopback-only host): take any interface.
+    addresses = [
+        str(ip.ip)
+        for adapter in ifaddr.get_adapters()
+        for ip in adapter.ips
+        if ip.is_IPv4 and ip.ip != "0.0.0.0"
+    ]
+    outside = [a for a in addresses if not a.startswith("127.")]
+    return (outside or addresses or ["127.0.0.1"])[0]
 
 
 class Advertiser:

@@ -73,5 +73,9 @@ class WhisperAsr:
             if text:
                 yield text
 
+    def warm_up(self) -> None:
+        """One short decode: the first request should not pay CTranslate2's first-run cost."""
+        self.transcribe(np.zeros(16000, dtype=np.float32))
+
     def transcribe(self, audio: np.ndarray, language: str | None = None) -> str:
         return " ".join(self.segments(audio, language))

@@ -72,5 +72,13 @@ class LlamaChat:
         finally:
             chunks.close()  # type: ignore[union-attr]
 
+    def warm_up(self) -> None:
+        """Evaluate the system prompt once: its KV cache is then reused by the first turn."""
+        messages = [
+            {"role": "system", "content": self.settings.system_prompt},
+            {"role": "user", "content": "Hi"},
+        ]
+        self.complete(messages, max_tokens=1)
+
     def complete(self, messages: list[Message], max_tokens: int | None = None) -> str:
         return "".join(self.stream(messages, max_tokens))

@@ -57,11 +57,15 @@ class ModelSlot(Generic[T]):
         """Run fn(model) in a worker thread, one caller at a time."""
         model = await self.get()
         async with self._lock:
-            return await asyncio.get_running_loop().run_in_executor(None, fn, model)
+            future = asyncio.get_running_loop().run_in_executor(None, fn, model)
+            try:
+                return await asyncio.shield(future)
+            except asyncio.CancelledError:
+                # The thread cannot be stopped; keep the model locked until it lets go.
+                await asyncio.wait([future])
+                raise
 
-    async def stream(
-        self, fn: Callable[[T, threading.Event], Iterator[R]]
-    ) -> AsyncIterator[R]:
+    async def stream(self, fn: Callable[[T, threading.Event], Iterator[R]]) -> AsyncIterator[R]:
         """Iterate fn(model, cancel) in a worker thread, holding the model until done.
 
         Leaving the `async for` early (break, exception, task cancel) sets the

@@ -66,5 +66,9 @@ class PiperTts:
                 return
             yield chunk.audio_int16_bytes
 
+    def warm_up(self) -> None:
+        """One short sentence, so onnxruntime's first-run cost is paid at start."""
+        self.synthesize("Ready.")
+
     def synthesize(self, text: str, speaker: str | None = None) -> bytes:
         return b"".join(self.sentences(text, speaker))

@@ -15,14 +15,20 @@ from .limits import Limits
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "server", help="serve ASR, conversation and TTS over Wyoming",
+        "server",
+        help="serve ASR, conversation and TTS over Wyoming",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--uri", default=DEFAULT_SERVER_URI, help="tcp://HOST:PORT, unix://PATH or stdio://")
+    parser.add_argument(
+        "--uri", default=DEFAULT_SERVER_URI, help="tcp://HOST:PORT, unix://PATH or stdio://"
+    )
 
     asr = parser.add_argument_group("speech to text (faster-whisper)")
-    asr.add_argument("--asr-model", default=EMBEDDED,
-                     help="'embedded' (Whisper tiny.en), a CTranslate2 model folder, or a model name")
+    asr.add_argument(
+        "--asr-model",
+        default=EMBEDDED,
+        help="'embedded' (Whisper tiny.en), a CTranslate2 model folder, or a model name",
+    )
     asr.add_argument("--asr-compute-type", default="int8", help="int8, int8_float32, float32 …")
     asr.add_argument("--asr-beam-size", type=int, default=1)
     asr.add_argument("--asr-language", default="en", help="language code, or 'auto'")
@@ -30,24 +36,43 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     asr.add_argument("--asr-threads", type=int, default=0, help="0: CTranslate2's default")
 
     tts = parser.add_argument_group("text to speech (piper)")
-    tts.add_argument("--voice", default=EMBEDDED,
-                     help="'embedded' (en_US-joe-medium), a path to an .onnx voice, or a voice name")
-    tts.add_argument("--voice-dir", action="append", default=[],
-                     help="folder to look for voices by name in (repeatable)")
-    tts.add_argument("--tts-speaker", default=None, help="speaker name or id of a multi-speaker voice")
+    tts.add_argument(
+        "--voice",
+        default=EMBEDDED,
+        help="'embedded' (en_US-joe-medium), a path to an .onnx voice, or a voice name",
+    )
+    tts.add_argument(
+        "--voice-dir",
+        action="append",
+        default=[],
+        help="folder to look for voices by name in (repeatable)",
+    )
+    tts.add_argument(
+        "--tts-speaker", default=None, help="speaker name or id of a multi-speaker voice"
+    )
     tts.add_argument("--tts-length-scale", type=float, default=None, help="< 1 speaks faster")
 
     llm = parser.add_argument_group("conversation (llama.cpp)")
-    llm.add_argument("--llm-model", default=EMBEDDED,
-                     help="'embedded' (SmolLM2-135M-Instruct Q4_1) or a path to a .gguf file")
+    llm.add_argument(
+        "--llm-model",
+        default=EMBEDDED,
+        help="'embedded' (SmolLM2-135M-Instruct Q4_1) or a path to a .gguf file",
+    )
     llm.add_argument("--llm-threads", type=int, default=0, help="0: all cores")
     llm.add_argument("--llm-context", type=int, default=2048)
-    llm.add_argument("--llm-language", action="append", default=None,
-                     help="language the model answers in (repeatable; default en)")
+    llm.add_argument(
+        "--llm-language",
+        action="append",
+        default=None,
+        help="language the model answers in (repeatable; default en)",
+    )
     llm.add_argument("--max-tokens", type=int, default=256, help="cap on one reply")
     llm.add_argument("--system-prompt", default=LlmSettings.system_prompt)
-    llm.add_argument("--llm-lazy", action="store_true",
-                     help="load the LLM on the first conversation turn instead of at start")
+    llm.add_argument(
+        "--llm-lazy",
+        action="store_true",
+        help="load the LLM on the first conversation turn instead of at start",
+    )
 
     limits = parser.add_argument_group("limits")
     limits.add_argument("--max-audio-seconds", type=float, default=Limits.max_audio_seconds)
@@ -59,7 +84,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     zeroconf = parser.add_argument_group("discovery")
     zeroconf.add_argument("--no-zeroconf", action="store_true", help="do not advertise over mDNS")
     zeroconf.add_argument("--zeroconf-name", default=None, help="default: pivoice-<hostname>")
-    zeroconf.add_argument("--zeroconf-host", default=None, help="address to advertise; default: detected")
+    zeroconf.add_argument(
+        "--zeroconf-host", default=None, help="address to advertise; default: detected"
+    )
     parser.set_defaults(func=run)
 
 

@@ -59,8 +59,9 @@ def _text_field(data: dict[str, Any], key: str, max_chars: int, required: bool =
     if not isinstance(value, str):
         raise RequestError(f"'{key}' must be a string, got {type(value).__name__}")
     if len(value) > max_chars:
-        raise RequestError(f"'{key}' is {len(value)} characters, over the {max_chars} limit",
-                           "text-too-long")
+        raise RequestError(
+            f"'{key}' is {len(value)} characters, over the {max_chars} limit", "text-too-long"
+        )
     return value
 
 
@@ -105,8 +106,9 @@ class _SynthesisStream:
     def feed(self, text: str) -> list[str]:
         self.chars += len(text)
         if self.chars > self.max_chars:
-            raise RequestError(f"streamed text is over the {self.max_chars} character limit",
-                               "text-too-long")
+            raise RequestError(
+                f"streamed text is over the {self.max_chars} character limit", "text-too-long"
+            )
         return self.splitter.feed(text)
 
 
@@ -125,6 +127,7 @@ class PivoiceEventHandler(AsyncEventHandler):
         self._jobs: asyncio.Queue[Job] = asyncio.Queue(self.limits.max_pending)
         self._worker: asyncio.Task[None] | None = None
         self._transcription: _Transcription | None = None
+        self._dropping_audio = False  # the current audio stream's request was refused
         self._synthesis: _SynthesisStream | None = None
 
     # ---- connection lifecycle -------------------------------------------------------------
@@ -216,6 +219,8 @@ class PivoiceEventHandler(AsyncEventHandler):
         elif Synthesize.is_type(event.type):
             if self._synthesis is None:  # inside a stream it only repeats the text: skip it
                 text = _text_field(data, "text", self.limits.max_text_chars)
+                if not text.strip():
+                    raise RequestError("empty text: nothing to speak", "empty-text")
                 speaker = _speaker(data)
                 self._queue(lambda: self._synthesize([text], speaker, None))
         elif SynthesizeStart.is_type(event.type):
@@ -237,28 +242,33 @@ class PivoiceEventHandler(AsyncEventHandler):
         try:
             fmt = check_format(data.get("rate"), data.get("width"), data.get("channels"))
         except AudioFormatError as err:
-            self._transcription = None
+            self._refuse_audio()
             raise RequestError(str(err), "bad-audio-format") from err
         self._transcription.converter = StreamingConverter(fmt)
 
     def _audio_chunk(self, event: Event) -> None:
         transcription = self._transcription
-        if transcription is None:
-            return  # after a refused request: drop the rest of its audio quietly
-        if transcription.converter is None:
-            self._transcription = None
+        if self._dropping_audio:
+            return  # the rest of a refused request's audio: already answered with an error
+        if transcription is None or transcription.converter is None:
+            self._refuse_audio()
             raise RequestError("audio-chunk before audio-start", "bad-audio-format")
         if not event.payload:
             return
         try:
             transcription.add(transcription.converter.convert(event.payload))
         except RequestError:
-            self._transcription = None
+            self._refuse_audio()
             raise
+
+    def _refuse_audio(self) -> None:
+        self._transcription = None
+        self._dropping_audio = True
 
     def _audio_stop(self) -> None:
         transcription = self._transcription
         self._transcription = None
+        self._dropping_audio = False
         if transcription is None or transcription.converter is None:
             return  # audio-stop of a refused or never-started request: nothing to answer
         audio = transcription.audio()
@@ -281,7 +291,9 @@ class PivoiceEventHandler(AsyncEventHandler):
         self.services.count("transcribe")
         _LOGGER.info(
             "Transcribed %.2f s of audio in %.3f s: %r",
-            audio.size / 16000, time.monotonic() - start, text,
+            audio.size / 16000,
+            time.monotonic() - start,
+            text,
         )
 
     # ---- conversation ---------------------------------------------------------------------
@@ -298,9 +310,9 @@ class PivoiceEventHandler(AsyncEventHandler):
         first: float | None = None
         await self.write_event(HandledStart(context=context).event())
         pieces: list[str] = []
-        async for piece in self.services.llm.stream(lambda llm, cancel: llm.stream(
-            messages, cancel=cancel
-        )):
+        async for piece in self.services.llm.stream(
+            lambda llm, cancel: llm.stream(messages, cancel=cancel)
+        ):
             if first is None:
                 first = time.monotonic() - start
             pieces.append(piece)
@@ -313,7 +325,9 @@ class PivoiceEventHandler(AsyncEventHandler):
         self.services.count("handle")
         _LOGGER.info(
             "Answered in %.3f s (first token %.3f s): %r",
-            time.monotonic() - start, first or 0.0, reply,
+            time.monotonic() - start,
+            first or 0.0,
+            reply,
         )
 
     # ---- TTS ------------------------------------------------------------------------------
@@ -333,8 +347,11 @@ class PivoiceEventHandler(AsyncEventHandler):
         if stream is None:
             raise RequestError("synthesize-stop without synthesize-start")
         rest = stream.splitter.flush()
-        self._queue(lambda: self._synthesize([rest] if rest else [], stream.speaker,
-                                             SynthesizeStopped().event()))
+        self._queue(
+            lambda: self._synthesize(
+                [rest] if rest else [], stream.speaker, SynthesizeStopped().event()
+            )
+        )
 
     async def _synthesize(self, texts: list[str], speaker: str | None, done: Event | None) -> None:
         """Speak each text as one audio-start…audio-stop run, then send `done` if given."""
@@ -364,15 +381,22 @@ class PivoiceEventHandler(AsyncEventHandler):
             for offset in range(0, len(pcm), step):
                 piece = pcm[offset : offset + step]
                 await self.write_event(
-                    AudioChunk(rate=rate, width=width, channels=channels, audio=piece,
-                               timestamp=int(samples * 1000 / rate)).event()
+                    AudioChunk(
+                        rate=rate,
+                        width=width,
+                        channels=channels,
+                        audio=piece,
+                        timestamp=int(samples * 1000 / rate),
+                    ).event()
                 )
                 samples += len(piece) // width
         await self.write_event(AudioStop(timestamp=int(samples * 1000 / rate)).event())
         self.services.count("synthesize")
         _LOGGER.info(
             "Spoke %.2f s of audio (first audio %.3f s) for %r",
-            samples / rate, first or 0.0, text,
+            samples / rate,
+            first or 0.0,
+            text,
         )
 
     # ---- plumbing -------------------------------------------------------------------------

@@ -101,8 +101,7 @@ class ServiceDescription:
                             installed=True,
                             version=None,
                             languages=self.voice.languages,
-                            speakers=[TtsVoiceSpeaker(name=s) for s in self.voice.speakers]
-                            or None,
+                            speakers=[TtsVoiceSpeaker(name=s) for s in self.voice.speakers] or None,
                         )
                     ],
                     supports_synthesize_streaming=True,

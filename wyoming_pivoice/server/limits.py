@@ -1,14 +1,15 @@
 """The server's limits, all in one place, and the reader that enforces frame sizes.
 
-| limit | default | what happens past it |
-|---|---|---|
-| header line | 64 KiB (asyncio's stream limit) | `error` (malformed frame), connection closed |
-| data or payload block of one frame | `max_frame_bytes`, 4 MiB | `error` (frame too large), connection closed |
-| audio of one transcription | `max_audio_seconds`, 60 s | `error` (audio too long); the request is dropped, the connection stays |
-| text of one synthesis or turn | `max_text_chars`, 4000 | `error` (text too long); the request is dropped, the connection stays |
-| requests queued on one connection | `max_pending`, 64 | `error` (too many pending requests), connection closed |
-| clients connected at once | `max_clients`, 16 | `error` (server busy), connection closed at once |
-| silence from a client | `idle_timeout`, 300 s | connection closed |
+- header line: 64 KiB (asyncio's stream limit) → `error` "malformed", connection closed.
+- data or payload block of one frame: `max_frame_bytes` (4 MiB) → `error` "frame-too-large",
+  connection closed (refused before it is read).
+- audio of one transcription: `max_audio_seconds` (60 s) → `error` "audio-too-long"; the
+  request is dropped, the connection stays.
+- text of one synthesis or turn: `max_text_chars` (4000) → `error` "text-too-long"; the request
+  is dropped, the connection stays.
+- requests queued on one connection: `max_pending` (64) → `error` "overloaded".
+- clients connected at once: `max_clients` (16) → `error` "busy", connection closed at once.
+- silence from a client: `idle_timeout` (300 s) → `error` "idle", connection closed.
 """
 
 from __future__ import annotations

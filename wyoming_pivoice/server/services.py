@@ -4,6 +4,7 @@ the conversation histories and the client count."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ..conversation import ConversationStore
 from ..engines.asr import WhisperAsr
@@ -12,6 +13,14 @@ from ..engines.runtime import ModelSlot
 from ..engines.tts import PiperTts
 from ..settings import ServerSettings
 from .info import ServiceDescription
+
+E = TypeVar("E", WhisperAsr, PiperTts, LlamaChat)
+
+
+def warmed(engine: E) -> E:
+    """Loading includes one warm-up call: the first real request should not pay first-run costs."""
+    engine.warm_up()
+    return engine
 
 
 @dataclass
@@ -30,9 +39,9 @@ class Services:
         return cls(
             settings=settings,
             description=ServiceDescription.from_settings(settings),
-            asr=ModelSlot("ASR (faster-whisper)", lambda: WhisperAsr(settings.asr)),
-            tts=ModelSlot("TTS (piper)", lambda: PiperTts(settings.tts)),
-            llm=ModelSlot("LLM (llama.cpp)", lambda: LlamaChat(settings.llm)),
+            asr=ModelSlot("ASR (faster-whisper)", lambda: warmed(WhisperAsr(settings.asr))),
+            tts=ModelSlot("TTS (piper)", lambda: warmed(PiperTts(settings.tts))),
+            llm=ModelSlot("LLM (llama.cpp)", lambda: warmed(LlamaChat(settings.llm))),
             conversations=ConversationStore(settings.llm.system_prompt),
         )
 

@@ -1,0 +1,101 @@
+"""History per conversation id, and that the server's prompt for a second turn carries the first."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from functools import partial
+
+from wyoming.event import Event
+from wyoming.info import Describe
+from wyoming.server import AsyncTcpServer
+
+from wyoming_pivoice.conversation import ConversationStore
+from wyoming_pivoice.engines.runtime import ModelSlot
+from wyoming_pivoice.server.handler import PivoiceEventHandler
+from wyoming_pivoice.server.services import Services
+from wyoming_pivoice.settings import ServerSettings
+
+from .helpers import exchange, free_port
+
+
+def test_store_keeps_bounded_history_per_id() -> None:
+    store = ConversationStore("be brief", max_turns=2, max_conversations=2)
+    for i in range(3):
+        store.record("a", f"q{i}", f"r{i}")
+    messages = store.messages("a", "next")
+    assert [m["content"] for m in messages] == ["be brief", "q1", "r1", "q2", "r2", "next"]
+    assert store.messages("b", "hi") == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi"},
+    ]
+    store.record("b", "x", "y")
+    store.record("c", "x", "y")  # evicts the least recently used id
+    assert len(store) == 2 and len(store.messages("a", "z")) == 2
+
+
+class RecordingLlm:
+    """Control-flow stand-in for the LLM: records prompts, answers in two pieces."""
+
+    def __init__(self) -> None:
+        self.prompts: list[list[dict[str, str]]] = []
+
+    def stream(self, messages, max_tokens=None, cancel=None):
+        self.prompts.append([dict(m) for m in messages])
+        yield "Paris is "
+        yield "the capital."
+
+
+async def start_server(services: Services) -> tuple[AsyncTcpServer, int]:
+    port = free_port()
+    server = AsyncTcpServer("127.0.0.1", port)
+    await server.start(partial(PivoiceEventHandler, services))
+    return server, port
+
+
+async def test_second_turn_prompt_carries_the_first() -> None:
+    llm = RecordingLlm()
+    services = Services.from_settings(ServerSettings())
+    services.llm = ModelSlot("recording llm", lambda: llm)
+    server, port = await start_server(services)
+    try:
+        context = {"conversation_id": "kitchen"}
+        for text in ("What is the capital of France?", "And of Spain?"):
+            turn = Event("transcript", {"text": text, "context": context})
+            replies = await exchange(port, [turn], until="handled-stop")
+            assert replies[-2].data["text"] == "Paris is the capital."
+    finally:
+        await server.stop()
+    second = llm.prompts[1]
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
+    assert second[1]["content"] == "What is the capital of France?"
+    assert second[2]["content"] == "Paris is the capital."
+    assert second[3]["content"] == "And of Spain?"
+
+
+async def test_describe_answers_while_models_are_still_loading() -> None:
+    release = threading.Event()
+
+    def slow_loader():
+        release.wait(30)  # a model that takes a long time to load
+        return RecordingLlm()
+
+    services = Services.from_settings(ServerSettings())
+    services.asr = services.tts = services.llm = ModelSlot("slow", slow_loader)
+    services.start_loading()
+    server, port = await start_server(services)
+    try:
+        [info] = await exchange(port, [Describe().event()], until="info", timeout=5)
+        assert info.type == "info" and not services.llm.loaded
+        # A request waits for its model instead of failing.
+        turn = asyncio.create_task(
+            exchange(port, [Event("transcript", {"text": "hello"})], until="handled-stop")
+        )
+        await asyncio.sleep(0.2)
+        assert not turn.done()
+        release.set()
+        replies = await turn
+        assert replies[-2].data["text"] == "Paris is the capital."
+    finally:
+        release.set()
+        await server.stop()

@@ -1,0 +1,62 @@
+"""Run inside a private network namespace (see test_zeroconf.py): start the real server with
+zeroconf on, browse for `_wyoming._tcp.local.` and print what was found as JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from zeroconf import ServiceBrowser, ServiceStateChange, Zeroconf
+
+from tests.helpers import free_port, wait_for_port
+
+SERVICE = "_wyoming._tcp.local."
+
+
+def main() -> int:
+    port = free_port()
+    name = "pivoice-probe"
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "wyoming_pivoice",
+            "server",
+            "--uri",
+            f"tcp://0.0.0.0:{port}",
+            "--zeroconf-name",
+            name,
+            "--llm-lazy",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    found: dict[str, object] = {}
+    zc = Zeroconf()
+    try:
+        wait_for_port(port, proc=server)
+
+        def on_change(
+            zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange
+        ) -> None:
+            if state_change is ServiceStateChange.Added:
+                info = zeroconf.get_service_info(service_type, name, timeout=3000)
+                if info is not None:
+                    found.update(name=name, port=info.port, addresses=info.parsed_addresses())
+
+        ServiceBrowser(zc, SERVICE, handlers=[on_change])
+        deadline = time.monotonic() + 20
+        while not found and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        zc.close()
+        server.terminate()
+        server.wait(10)
+    print(json.dumps({"expected_port": port, "expected_name": f"{name}.{SERVICE}", **found}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
