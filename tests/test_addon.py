@@ -1,0 +1,537 @@
+"""The Home Assistant add-on, checked without Docker.
+
+config.yaml and build.yaml are read against the Supervisor's own rules (ported from
+home-assistant/supervisor `supervisor/addons/validate.py` and `supervisor/addons/options.py`:
+the keys it knows, the schema type grammar, option validation, ports, arch names, map
+volumes, image names). run.sh runs under a stand-in bashio with a stub `wyoming-pivoice`,
+and the command lines it starts are compared word for word and parsed by the real CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+from wyoming_pivoice import __version__
+from wyoming_pivoice.__main__ import build_parser
+
+from .helpers import REPO
+
+ADDON = REPO / "addon"
+FIXTURES = Path(__file__).parent / "fixtures" / "addon"
+
+# --- the Supervisor's rules -----------------------------------------------------------------
+
+ARCH_ALL = {"armhf", "armv7", "aarch64", "amd64", "i386"}
+RE_SLUG = re.compile(r"^[-_.A-Za-z0-9]+$")
+RE_DOCKER_PORT = re.compile(r"^\d+(?:/tcp|/udp)?$")
+RE_DOCKER_IMAGE_BUILD = re.compile(
+    r"^([a-zA-Z\-\.:\d{}]+/)*?([\-\w{}]+)/([\-\w{}]+)(:[\.\-\w{}]+)?$"
+)
+RE_VOLUME = re.compile(
+    r"^(data|config|ssl|addons|backup|share|media|homeassistant_config|all_addon_configs"
+    r"|addon_config)(?::(rw|ro))?$"
+)
+MAPPING_TYPES = {
+    "data",
+    "config",
+    "ssl",
+    "addons",
+    "backup",
+    "share",
+    "media",
+    "homeassistant_config",
+    "all_addon_configs",
+    "addon_config",
+}
+RE_SCHEMA_ELEMENT = re.compile(
+    r"^(?:"
+    r"|bool"
+    r"|email"
+    r"|url"
+    r"|port"
+    r"|device(?:\((?P<filter>subsystem=[a-z]+)\))?"
+    r"|str(?:\((?P<s_min>\d+)?,(?P<s_max>\d+)?\))?"
+    r"|password(?:\((?P<p_min>\d+)?,(?P<p_max>\d+)?\))?"
+    r"|int(?:\((?P<i_min>\d+)?,(?P<i_max>\d+)?\))?"
+    r"|float(?:\((?P<f_min>[\d\.]+)?,(?P<f_max>[\d\.]+)?\))?"
+    r"|match\((?P<match>.*)\)"
+    r"|list\((?P<list>.+)\)"
+    r")\??$"
+)
+# Every key _SCHEMA_ADDON_CONFIG accepts; anything else would be dropped silently.
+KNOWN_KEYS = {
+    "name", "version", "slug", "description", "arch", "machine", "url", "startup", "boot",
+    "init", "advanced", "stage", "ports", "ports_description", "watchdog", "webui", "ingress",
+    "ingress_port", "ingress_entry", "ingress_stream", "panel_icon", "panel_title",
+    "panel_admin", "homeassistant", "host_network", "host_pid", "host_ipc", "host_uts",
+    "host_dbus", "devices", "udev", "tmpfs", "map", "environment", "privileged", "apparmor",
+    "full_access", "audio", "video", "gpio", "usb", "uart", "devicetree", "kernel_modules",
+    "realtime", "hassio_api", "hassio_role", "homeassistant_api", "stdin", "legacy",
+    "docker_api", "auth_api", "services", "discovery", "backup_exclude", "backup_pre",
+    "backup_post", "restore_pre", "restore_post", "backup", "options", "schema", "image",
+    "ulimits", "timeout", "journald", "breaking_versions",
+}  # fmt: skip
+BOOL_TRUE = {True, "true", "1", "yes", "on", "enable"}  # 1 == True
+BOOL_FALSE = {False, "false", "0", "no", "off", "disable"}
+
+
+def validate_option(typ: str, value: Any) -> None:
+    """The Supervisor's `_single_validate` for the types this add-on uses."""
+    match = RE_SCHEMA_ELEMENT.match(typ)
+    assert match, f"unknown schema type {typ!r}"
+    assert value is not None, "a required option may not be null"
+
+    def in_range(number: float, low: str | None, high: str | None) -> None:
+        assert low is None or number >= float(low), f"{number} < {low}"
+        assert high is None or number <= float(high), f"{number} > {high}"
+
+    if typ.startswith("str"):
+        assert isinstance(value, str), f"{value!r} is not a string"
+        in_range(len(value), match.group("s_min"), match.group("s_max"))
+    elif typ.startswith("int"):
+        assert isinstance(value, int) and not isinstance(value, bool), f"{value!r} is not an int"
+        in_range(value, match.group("i_min"), match.group("i_max"))
+    elif typ.startswith("float"):
+        assert isinstance(value, (int, float)) and not isinstance(value, bool)
+        in_range(float(value), match.group("f_min"), match.group("f_max"))
+    elif typ.startswith("bool"):
+        assert value in BOOL_TRUE | BOOL_FALSE, f"{value!r} is not a boolean"
+    elif typ.startswith("list"):
+        assert str(value) in match.group("list").split("|"), f"{value!r} not in {typ}"
+    else:
+        raise AssertionError(f"this test does not check {typ!r} options")
+
+
+def validate_options(schema: dict[str, str], options: dict[str, Any]) -> None:
+    """The Supervisor's AddonOptions: known keys, valid values, no required key missing."""
+    for key, value in options.items():
+        assert key in schema, f"option {key!r} is not in the schema"
+        validate_option(schema[key], value)
+    for key, typ in schema.items():
+        assert key in options or typ.endswith("?"), f"required option {key!r} has no default"
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    return yaml.safe_load((ADDON / "config.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def build() -> dict[str, Any]:
+    return yaml.safe_load((ADDON / "build.yaml").read_text())
+
+
+# --- config.yaml ----------------------------------------------------------------------------
+
+
+def test_config_has_the_required_keys_and_no_unknown_ones(config: dict[str, Any]) -> None:
+    for key in ("name", "version", "slug", "description", "arch"):
+        assert isinstance(config.get(key), (str, list)) and config[key], key
+    assert set(config) <= KNOWN_KEYS, set(config) - KNOWN_KEYS
+    assert config["slug"] == "pivoice" and RE_SLUG.match(config["slug"])
+    assert config["version"] == "0.1.0" == __version__
+    url = urlparse(config["url"])
+    assert url.scheme == "https" and url.netloc
+
+
+def test_config_arch_init_audio_discovery(config: dict[str, Any]) -> None:
+    assert config["arch"] == ["aarch64", "amd64"]
+    assert set(config["arch"]) <= ARCH_ALL
+    assert config["init"] is False  # s6-overlay in the base image is PID 1
+    assert config["audio"] is True
+    assert config["discovery"] == ["wyoming"]
+
+
+def test_config_ports(config: dict[str, Any]) -> None:
+    assert config["ports"] == {"10800/tcp": None, "10700/tcp": None}
+    for port, host in config["ports"].items():
+        assert RE_DOCKER_PORT.match(port)
+        assert host is None or 1 <= host <= 65535
+    assert set(config["ports_description"]) == set(config["ports"])
+    assert all(isinstance(text, str) for text in config["ports_description"].values())
+
+
+def test_config_map_and_backup_exclude(config: dict[str, Any]) -> None:
+    for volume in config["map"]:
+        if isinstance(volume, str):
+            assert RE_VOLUME.match(volume), volume
+        else:
+            assert volume["type"] in MAPPING_TYPES
+            assert isinstance(volume.get("read_only", True), bool)
+            assert set(volume) <= {"type", "read_only", "path"}
+    assert all(isinstance(p, str) for p in config["backup_exclude"])
+
+
+def test_schema_types_are_valid(config: dict[str, Any]) -> None:
+    for key, typ in config["schema"].items():
+        assert isinstance(typ, str) and RE_SCHEMA_ELEMENT.match(typ), f"{key}: {typ!r}"
+
+
+def test_options_validate_against_the_schema(config: dict[str, Any]) -> None:
+    validate_options(config["schema"], config["options"])
+
+
+def test_schema_covers_what_the_issue_asks_for(config: dict[str, Any]) -> None:
+    asked = {
+        "asr_model", "voice", "llm_model", "system_prompt", "max_tokens", "vad_silence_ms",
+        "wake_word", "satellite_enabled", "mic_device", "snd_device", "log_level",
+    }  # fmt: skip
+    assert asked <= set(config["schema"])
+
+
+def test_the_validator_rejects_bad_options(config: dict[str, Any]) -> None:
+    """The checks above would catch a broken default."""
+    schema = config["schema"]
+    bad = [
+        {**config["options"], "max_tokens": "many"},
+        {**config["options"], "vad_threshold": 1.5},
+        {**config["options"], "log_level": "verbose"},
+        {**config["options"], "no_such_option": 1},
+        {k: v for k, v in config["options"].items() if k != "system_prompt"},
+    ]
+    for options in bad:
+        with pytest.raises(AssertionError):
+            validate_options(schema, options)
+    with pytest.raises(AssertionError):
+        validate_option("string", "x")
+
+
+def test_translations_name_every_option(config: dict[str, Any]) -> None:
+    translations = yaml.safe_load((ADDON / "translations" / "en.yaml").read_text())
+    assert set(translations) <= {"configuration", "network"}
+    assert set(translations["configuration"]) == set(config["schema"])
+    for key, text in translations["configuration"].items():
+        assert isinstance(text["name"], str) and text["name"], key
+        assert isinstance(text.get("description", ""), str)
+    assert set(translations["network"]) == set(config["ports"])
+
+
+def test_docs_mention_every_option(config: dict[str, Any]) -> None:
+    docs = (ADDON / "DOCS.md").read_text()
+    missing = [key for key in config["schema"] if f"`{key}`" not in docs]
+    assert missing == []
+
+
+def test_changelog_starts_with_this_version(config: dict[str, Any]) -> None:
+    headings = re.findall(r"^## (\S+)", (ADDON / "CHANGELOG.md").read_text(), re.M)
+    assert headings[0] == config["version"]
+
+
+# --- build.yaml and the Dockerfile ----------------------------------------------------------
+
+
+def test_build_from_debian_base_images_for_both_arches(
+    build: dict[str, Any], config: dict[str, Any]
+) -> None:
+    assert set(build["build_from"]) == set(config["arch"])
+    for arch, image in build["build_from"].items():
+        assert RE_DOCKER_IMAGE_BUILD.match(image), image
+        assert image.startswith(f"ghcr.io/home-assistant/{arch}-base-debian:")
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in build["args"].items())
+    assert build["args"]["PIVOICE_VERSION"] == config["version"]
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = (ADDON / "Dockerfile").read_text()
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n", " ", "\n".join(lines))
+    result = []
+    for line in joined.splitlines():
+        if line.strip():
+            word, _, rest = line.strip().partition(" ")
+            result.append((word.upper(), " ".join(rest.split())))
+    return result
+
+
+def test_dockerfile_installs_only_through_script_setup(config: dict[str, Any]) -> None:
+    instructions = dockerfile_instructions()
+    assert ("FROM", "${BUILD_FROM}") in instructions
+    runs = [args for word, args in instructions if word == "RUN"]
+    assert len(runs) == 1
+    commands = [c.strip() for c in runs[0].split(";")]
+    assert "script/setup --runtime" in commands
+    # No install step of its own: script/setup is the one list of what gets installed.
+    for run in runs:
+        assert not re.search(r"apt-get install|apt install|pip3? install|python3? -m pip", run)
+    assert ("CMD", '[ "/run.sh" ]') in instructions
+    args = dict(
+        a.split("=", 1) for w, a in instructions if w == "ARG" and "=" in a
+    )  # ARG NAME=default
+    assert args["PIVOICE_VERSION"] == config["version"]
+    assert args["PIVOICE_SOURCE"].startswith(config["url"] + "/archive/")
+
+
+def test_script_setup_runtime_installs_what_the_base_image_lacks() -> None:
+    """The Debian base images have no Python: script/setup --runtime must bring it."""
+    setup = (REPO / "script" / "setup").read_text()
+    match = re.search(r"^apt_runtime=\(([^)]*)\)", setup, re.M)
+    assert match
+    runtime = set(match.group(1).split())
+    # python3-dev: pyaudio and llama-cpp-python compile; alsa-utils: arecord/aplay.
+    assert {"python3", "python3-venv", "python3-dev", "alsa-utils"} <= runtime
+
+
+def test_dockerignore_keeps_the_local_venv_out() -> None:
+    ignored = (ADDON / "Dockerfile.dockerignore").read_text().split()
+    assert ".venv" in ignored and ".git" in ignored
+
+
+# --- shellcheck -----------------------------------------------------------------------------
+
+
+def test_shell_scripts_are_shellcheck_clean() -> None:
+    scripts = [ADDON / "run.sh", REPO / "script" / "install-service", FIXTURES / "bashio.sh"]
+    done = subprocess.run(
+        ["shellcheck", *map(str, scripts)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- run.sh under a stand-in bashio ---------------------------------------------------------
+
+
+class AddonRun:
+    """addon/run.sh in its own network namespace (it binds the add-on's fixed ports)."""
+
+    def __init__(self, tmp: Path, options: dict[str, Any], env: dict[str, str] | None = None):
+        self.records = tmp / "records"
+        self.records.mkdir()
+        bin_dir = tmp / "bin"
+        bin_dir.mkdir()
+        stub = bin_dir / "wyoming-pivoice"
+        stub.write_text(
+            f'#!/bin/sh\nexec "{sys.executable}" "{FIXTURES / "wyoming-pivoice"}" "$@"\n'
+        )
+        stub.chmod(0o755)
+        (tmp / "options.json").write_text(json.dumps(options))
+        self.discovery = tmp / "discovery.jsonl"
+        self.log = tmp / "run.log"
+        environ = {
+            **os.environ,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "BASH_ENV": str(FIXTURES / "bashio.sh"),
+            "FAKE_BASHIO_OPTIONS": str(tmp / "options.json"),
+            "FAKE_BASHIO_DISCOVERY": str(self.discovery),
+            "STUB_RECORD_DIR": str(self.records),
+            **(env or {}),
+        }
+        with self.log.open("wb") as log:
+            # unshare execs bash, which execs run.sh: one process to signal.
+            self.proc = subprocess.Popen(
+                ["unshare", "-rn", "bash", "-c", f"ip link set lo up && exec bash {ADDON}/run.sh"],
+                env=environ,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def argv(self, command: str) -> list[str] | None:
+        path = self.records / f"{command}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def discovered(self) -> list[dict[str, Any]]:
+        if not self.discovery.exists():
+            return []
+        return [json.loads(line) for line in self.discovery.read_text().splitlines()]
+
+    def wait_for(self, ready, what: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"run.sh exited ({self.proc.returncode}) before {what}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {what}; log:\n{self.log.read_text()}")
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+
+def run_addon(
+    tmp: Path, options: dict[str, Any], satellite: bool
+) -> tuple[list[str], list[str] | None, list[dict[str, Any]], str]:
+    run = AddonRun(tmp, options)
+    try:
+        run.wait_for(lambda: run.argv("server") is not None, "server started")
+        if satellite:
+            run.wait_for(lambda: run.argv("satellite") is not None, "satellite started")
+        run.wait_for(lambda: run.discovered(), "discovery message")
+    finally:
+        status = run.stop()
+    assert status == 0, run.log.read_text()
+    server = run.argv("server")
+    assert server is not None
+    return server, run.argv("satellite"), run.discovered(), run.log.read_text()
+
+
+def parses(argv: list[str]) -> None:
+    """The real wyoming-pivoice parser accepts the command line (exits on an unknown flag)."""
+    args = build_parser().parse_args(argv)
+    assert args.command in ("server", "satellite")
+
+
+@pytest.fixture
+def defaults(config: dict[str, Any]) -> dict[str, Any]:
+    return dict(config["options"])
+
+
+DEFAULT_PROMPT = (
+    "You are a helpful voice assistant running on a Raspberry Pi. Answer in one or two short "
+    "spoken sentences, without lists or markup."
+)
+DEFAULT_SERVER = [
+    "--log-level", "INFO", "server",
+    "--uri", "tcp://0.0.0.0:10800", "--no-zeroconf",
+    "--asr-model", "embedded", "--asr-language", "en", "--asr-beam-size", "1",
+    "--voice", "embedded", "--voice-dir", "/share/pivoice", "--voice-dir", "/share/piper",
+    "--llm-model", "embedded", "--llm-context", "2048",
+    "--max-tokens", "256", "--system-prompt", DEFAULT_PROMPT,
+]  # fmt: skip
+
+
+def test_defaults_start_the_server_alone_and_announce_it(
+    tmp_path: Path, defaults: dict[str, Any]
+) -> None:
+    server, satellite, discovered, log = run_addon(tmp_path, defaults, satellite=False)
+    assert server == DEFAULT_SERVER
+    assert satellite is None
+    assert discovered == [
+        {"service": "wyoming", "config": {"uri": f"tcp://{socket.gethostname()}:10800"}}
+    ]
+    assert "Announced the server to Home Assistant" in log
+    parses(server)
+
+
+def test_satellite_for_home_assistant_with_the_default_audio(
+    tmp_path: Path, defaults: dict[str, Any]
+) -> None:
+    options = {**defaults, "satellite_enabled": True}
+    server, satellite, _, _ = run_addon(tmp_path, options, satellite=True)
+    assert server == DEFAULT_SERVER
+    assert satellite == [
+        "--log-level", "INFO", "satellite",
+        "--uri", "tcp://0.0.0.0:10700", "--no-zeroconf",
+        "--wake-word", "okay_nabu",
+        "--vad-threshold", "0.5", "--vad-silence-ms", "300",
+        "--mic-command", "arecord -r 16000 -c 1 -f S16_LE -t raw",
+        "--snd-command", "aplay -r {rate} -c {channels} -f S16_LE -t raw",
+    ]  # fmt: skip
+    parses(satellite)
+
+
+def test_every_option_set(tmp_path: Path, defaults: dict[str, Any]) -> None:
+    prompt = 'You are "Pip". Answer in one sentence; never say $HOME or `ls`.'
+    options = {
+        **defaults,
+        "asr_model": "small.en",
+        "asr_language": "auto",
+        "asr_beam_size": 5,
+        "asr_threads": 2,
+        "voice": "en_GB-alan-medium",
+        "tts_speaker": "0",
+        "tts_length_scale": 0.85,
+        "llm_model": "qwen2.5-0.5b-instruct-q4_k_m.gguf",
+        "llm_context": 4096,
+        "llm_threads": 3,
+        "max_tokens": 96,
+        "system_prompt": prompt,
+        "llm_lazy": True,
+        "satellite_enabled": True,
+        "satellite_mode": "standalone",
+        "wake_word": "hey_jarvis",
+        "vad_threshold": 0.65,
+        "vad_silence_ms": 450,
+        "mic_device": "USB PnP",
+        "snd_command": "paplay --raw --rate={rate} --channels={channels} --format=s16le",
+        "timing_log": True,
+        "log_level": "debug",
+    }
+    server, satellite, _, _ = run_addon(tmp_path, options, satellite=True)
+    assert server == [
+        "--log-level", "DEBUG", "server",
+        "--uri", "tcp://0.0.0.0:10800", "--no-zeroconf",
+        "--asr-model", "small.en", "--asr-language", "auto", "--asr-beam-size", "5",
+        "--asr-threads", "2",
+        "--voice", "en_GB-alan-medium", "--voice-dir", "/share/pivoice", "--voice-dir",
+        "/share/piper", "--tts-speaker", "0", "--tts-length-scale", "0.85",
+        "--llm-model", "/share/pivoice/qwen2.5-0.5b-instruct-q4_k_m.gguf",
+        "--llm-context", "4096", "--llm-threads", "3",
+        "--max-tokens", "96", "--system-prompt", prompt, "--llm-lazy",
+    ]  # fmt: skip
+    assert satellite == [
+        "--log-level", "DEBUG", "satellite",
+        "--server", "tcp://127.0.0.1:10800", "--language", "auto",
+        "--wake-word", "hey_jarvis",
+        "--vad-threshold", "0.65", "--vad-silence-ms", "450",
+        "--mic-device", "USB PnP",
+        "--snd-command", "paplay --raw --rate={rate} --channels={channels} --format=s16le",
+        "--timing-log", "/share/pivoice/timing.jsonl",
+    ]  # fmt: skip
+    parses(server)
+    parses(satellite)
+
+
+def test_named_satellite_with_commands_and_no_wake_word(
+    tmp_path: Path, defaults: dict[str, Any]
+) -> None:
+    options = {
+        **defaults,
+        "llm_model": "/share/models/phi-3-mini-4k-instruct-q4.gguf",
+        "satellite_enabled": True,
+        "satellite_name": "Kitchen",
+        "satellite_area": "Kitchen",
+        "wake_word": "",
+        "mic_command": "arecord -D plughw:CARD=Device,DEV=0 -r 16000 -c 1 -f S16_LE -t raw",
+        "mic_device": "ignored when a command is given",
+        "snd_device": "Headphones",
+        "log_level": "warning",
+    }
+    server, satellite, _, _ = run_addon(tmp_path, options, satellite=True)
+    assert server[:2] == ["--log-level", "WARNING"]
+    assert server[server.index("--llm-model") + 1] == "/share/models/phi-3-mini-4k-instruct-q4.gguf"
+    assert satellite == [
+        "--log-level", "WARNING", "satellite",
+        "--uri", "tcp://0.0.0.0:10700", "--no-zeroconf",
+        "--name", "Kitchen", "--area", "Kitchen",
+        "--vad-threshold", "0.5", "--vad-silence-ms", "300",
+        "--mic-command", "arecord -D plughw:CARD=Device,DEV=0 -r 16000 -c 1 -f S16_LE -t raw",
+        "--snd-device", "Headphones",
+    ]  # fmt: skip
+    parses(server)
+    parses(satellite)
+
+
+def test_the_addon_stops_when_the_server_dies(tmp_path: Path, defaults: dict[str, Any]) -> None:
+    """run.sh exits with the server's status and takes the satellite down with it."""
+    options = {**defaults, "satellite_enabled": True}
+    run = AddonRun(tmp_path, options, env={"STUB_SERVER_EXIT": "3"})
+    try:
+        status = run.proc.wait(timeout=60)
+    finally:
+        run.stop()
+    log = run.log.read_text()
+    assert status == 3, log
+    assert "A service exited with status 3" in log
+    assert run.discovered() == []  # never announced a server that is not there
+
+
+def test_shellcheck_is_installed_by_script_setup() -> None:
+    assert shutil.which("shellcheck")
+    setup = (REPO / "script" / "setup").read_text()
+    assert re.search(r"^apt_dev=\([^)]*\bshellcheck\b", setup, re.M)

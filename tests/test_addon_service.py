@@ -1,0 +1,129 @@
+"""script/install-service: the systemd units for a bare Pi, written without systemd."""
+
+from __future__ import annotations
+
+import configparser
+import shlex
+import subprocess
+from pathlib import Path
+
+from wyoming_pivoice.__main__ import build_parser
+
+from .helpers import REPO
+
+INSTALL = REPO / "script" / "install-service"
+SERVER = "wyoming-pivoice-server.service"
+SATELLITE = "wyoming-pivoice-satellite.service"
+
+
+def install(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(INSTALL), *args], capture_output=True, text=True, check=False, timeout=60
+    )
+
+
+def read_unit(path: Path) -> configparser.ConfigParser:
+    unit = configparser.ConfigParser(interpolation=None, strict=True)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]  # keys are case-sensitive
+    unit.read_string(path.read_text())
+    return unit
+
+
+def test_units_for_server_and_satellite(tmp_path: Path) -> None:
+    done = install(
+        "--dry-run",
+        "--unit-dir", str(tmp_path),
+        "--user", "pi",
+        "--venv", "/home/pi/wyoming-pivoice/.venv",
+        "--server-args", "--llm-model /home/pi/models/qwen.gguf --max-tokens 128",
+        "--satellite-args", "--wake-word okay_nabu --mic-device USB",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [SATELLITE, SERVER]
+    # No systemd here: --dry-run says what it would run instead of running it.
+    assert done.stdout.splitlines()[-2:] == [
+        "would run: systemctl daemon-reload",
+        f"would run: systemctl enable --now {SERVER} {SATELLITE}",
+    ]
+
+    server = read_unit(tmp_path / SERVER)
+    assert server["Unit"]["After"] == "sound.target network-online.target"
+    assert server["Unit"]["Wants"] == "network-online.target"
+    assert server["Service"]["User"] == "pi"
+    assert server["Service"]["Restart"] == "on-failure"
+    assert server["Service"]["WorkingDirectory"] == str(REPO)
+    assert server["Service"]["ExecStart"] == (
+        "/home/pi/wyoming-pivoice/.venv/bin/wyoming-pivoice server --uri tcp://0.0.0.0:10800 "
+        "--llm-model /home/pi/models/qwen.gguf --max-tokens 128"
+    )
+    assert server["Install"]["WantedBy"] == "multi-user.target"
+
+    satellite = read_unit(tmp_path / SATELLITE)
+    assert satellite["Unit"]["After"] == (
+        "sound.target network-online.target wyoming-pivoice-server.service"
+    )
+    assert satellite["Unit"]["Wants"] == "network-online.target wyoming-pivoice-server.service"
+    assert satellite["Service"]["User"] == "pi"
+    assert satellite["Service"]["SupplementaryGroups"] == "audio"
+    assert satellite["Service"]["Restart"] == "on-failure"
+    assert satellite["Service"]["ExecStart"] == (
+        "/home/pi/wyoming-pivoice/.venv/bin/wyoming-pivoice satellite --uri tcp://0.0.0.0:10700 "
+        "--wake-word okay_nabu --mic-device USB"
+    )
+
+    # The command lines are ones the real CLI accepts.
+    for unit in (server, satellite):
+        argv = shlex.split(unit["Service"]["ExecStart"])
+        assert build_parser().parse_args(argv[1:]).command in ("server", "satellite")
+
+
+def test_satellite_only_does_not_wait_for_a_local_server(tmp_path: Path) -> None:
+    done = install(
+        "--dry-run", "--unit-dir", str(tmp_path), "--user", "pi", "--no-server",
+        "--satellite-server", "tcp://192.168.1.20:10800", "--satellite-args", "--wake-word alexa",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in tmp_path.iterdir()] == [SATELLITE]
+    satellite = read_unit(tmp_path / SATELLITE)
+    assert satellite["Unit"]["After"] == "sound.target network-online.target"
+    assert "wyoming-pivoice-server" not in (tmp_path / SATELLITE).read_text()
+    assert satellite["Service"]["ExecStart"] == (
+        f"{REPO}/.venv/bin/wyoming-pivoice satellite --server tcp://192.168.1.20:10800 "
+        "--wake-word alexa"
+    )
+    argv = shlex.split(satellite["Service"]["ExecStart"])
+    assert build_parser().parse_args(argv[1:]).server == "tcp://192.168.1.20:10800"
+    assert f"would run: systemctl enable --now {SATELLITE}" in done.stdout
+
+
+def test_dry_run_without_a_unit_dir_prints_the_units() -> None:
+    done = install("--dry-run", "--user", "pi", "--no-satellite")
+    assert done.returncode == 0, done.stderr
+    assert f"# {SERVER}\n[Unit]\n" in done.stdout
+    assert "[Service]\nType=simple\nUser=pi\n" in done.stdout
+    assert SATELLITE not in done.stdout.replace(f"# {SERVER}", "")
+
+
+def test_refuses_root_and_nonsense() -> None:
+    assert install("--dry-run", "--user", "root").returncode == 2
+    assert install("--dry-run", "--no-server", "--no-satellite", "--user", "pi").returncode == 2
+    bad = install("--frobnicate")
+    assert bad.returncode == 2 and "unknown option --frobnicate" in bad.stderr
+
+
+def test_uninstall_dry_run(tmp_path: Path) -> None:
+    done = install("--uninstall", "--dry-run", "--unit-dir", str(tmp_path), "--user", "pi")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"would run: systemctl disable --now {SERVER} {SATELLITE}",
+        f"would run: rm -f {tmp_path}/{SERVER}",
+        f"would run: rm -f {tmp_path}/{SATELLITE}",
+        "would run: systemctl daemon-reload",
+    ]
+
+
+def test_help_lists_the_options() -> None:
+    done = install("--help")
+    assert done.returncode == 0
+    for option in ("--user", "--venv", "--unit-dir", "--dry-run", "--no-satellite", "--uninstall"):
+        assert option in done.stdout

@@ -1,0 +1,177 @@
+"""Audio devices as PortAudio (pyaudio) sees them, and whether 16 kHz mono capture opens.
+
+Whisper and Silero VAD want 16 kHz mono; a microphone that cannot open at 16 kHz
+makes the satellite resample every chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from .doctor_base import Finding, Status
+
+CAPTURE_RATE = 16000
+CAPTURE_FIX = (
+    "capture through ALSA's plug layer or the sound server, e.g. "
+    "--mic-command 'arecord -D plughw:CARD=X,DEV=0 -r 16000 -c 1 -f S16_LE -t raw'"
+)
+
+
+@dataclass(frozen=True)
+class AudioDevice:
+    index: int
+    name: str
+    inputs: int
+    outputs: int
+    default_rate: float
+    capture_16k: bool | None = None  # None: not an input, not tried
+
+
+@dataclass(frozen=True)
+class AudioReport:
+    devices: list[AudioDevice] = field(default_factory=list)
+    default_input: int | None = None
+    default_output: int | None = None
+    error: str | None = None  # PortAudio could not be asked at all
+
+
+AudioProbe = Callable[[], AudioReport]
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """ALSA and JACK print pages of probing noise on fd 2 while PortAudio starts."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def probe_pyaudio() -> AudioReport:
+    try:
+        import pyaudio
+    except ImportError as err:
+        return AudioReport(error=f"pyaudio is not installed ({err})")
+    with _quiet_stderr():
+        audio = pyaudio.PyAudio()
+    try:
+        devices = []
+        for index in range(audio.get_device_count()):
+            info = audio.get_device_info_by_index(index)
+            inputs = int(info.get("maxInputChannels", 0))
+            capture = None
+            if inputs > 0:
+                try:
+                    with _quiet_stderr():
+                        capture = bool(
+                            audio.is_format_supported(
+                                CAPTURE_RATE,
+                                input_device=index,
+                                input_channels=1,
+                                input_format=pyaudio.paInt16,
+                            )
+                        )
+                except ValueError:
+                    capture = False  # PortAudio raises for an unsupported format
+            devices.append(
+                AudioDevice(
+                    index=index,
+                    name=str(info.get("name", index)),
+                    inputs=inputs,
+                    outputs=int(info.get("maxOutputChannels", 0)),
+                    default_rate=float(info.get("defaultSampleRate", 0)),
+                    capture_16k=capture,
+                )
+            )
+        return AudioReport(
+            devices=devices,
+            default_input=_default_index(audio.get_default_input_device_info),
+            default_output=_default_index(audio.get_default_output_device_info),
+        )
+    finally:
+        audio.terminate()
+
+
+def _default_index(getter: Callable[[], dict]) -> int | None:
+    try:
+        return int(getter()["index"])
+    except (OSError, KeyError):
+        return None  # "No Default Input Device Available"
+
+
+def check_audio(report: AudioReport) -> list[Finding]:
+    if report.error:
+        cannot = f"cannot ask PortAudio: {report.error}"
+        return [
+            Finding("audio-devices", Status.INFO, cannot),
+            Finding("capture-16k", Status.INFO, cannot),
+        ]
+    inputs = [d for d in report.devices if d.inputs > 0]
+    outputs = [d for d in report.devices if d.outputs > 0]
+    data = {
+        "devices": [d.__dict__ for d in report.devices],
+        "default_input": report.default_input,
+        "default_output": report.default_output,
+    }
+    if not report.devices:
+        devices = Finding(
+            "audio-devices",
+            Status.INFO,
+            "no audio devices: fine for the server alone; the satellite needs a microphone and "
+            "a speaker (or --mic-command/--snd-command)",
+            data=data,
+        )
+    elif not inputs or not outputs:
+        missing = "microphone" if not inputs else "speaker"
+        devices = Finding(
+            "audio-devices",
+            Status.WARN,
+            f"{len(inputs)} capture and {len(outputs)} playback devices: no {missing} for the "
+            "satellite",
+            fix=f"plug in a {missing} (USB or HAT) and check it with "
+            + ("arecord -l" if not inputs else "aplay -l"),
+            data=data,
+        )
+    else:
+        devices = Finding(
+            "audio-devices",
+            Status.OK,
+            f"{len(inputs)} capture and {len(outputs)} playback devices; default input "
+            f"{_name(report, report.default_input)}, output {_name(report, report.default_output)}",
+            data=data,
+        )
+    return [devices, _check_capture(report, inputs)]
+
+
+def _name(report: AudioReport, index: int | None) -> str:
+    device = next((d for d in report.devices if d.index == index), None)
+    return repr(device.name) if device else "none"
+
+
+def _check_capture(report: AudioReport, inputs: list[AudioDevice]) -> Finding:
+    if not inputs:
+        return Finding("capture-16k", Status.INFO, "no capture device to try 16 kHz mono on")
+    device = next((d for d in inputs if d.index == report.default_input), inputs[0])
+    data = {"device": device.name, "index": device.index, "default_rate": device.default_rate}
+    if device.capture_16k:
+        return Finding(
+            "capture-16k",
+            Status.OK,
+            f"{device.name!r} opens 16 kHz mono 16-bit directly",
+            data=data,
+        )
+    return Finding(
+        "capture-16k",
+        Status.WARN,
+        f"{device.name!r} does not open 16 kHz mono 16-bit (it runs at "
+        f"{device.default_rate:.0f} Hz): every chunk must be resampled",
+        fix=CAPTURE_FIX,
+        data=data,
+    )
