@@ -1,0 +1,238 @@
+"""Microphone sources and speaker sinks: files, commands, stdin, PortAudio (ALSA file plugin)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import wave
+from pathlib import Path
+
+import numpy as np
+
+from wyoming_pivoice.satellite.audio_in import (
+    CHUNK_BYTES,
+    CHUNK_SECONDS,
+    CommandSource,
+    WavSource,
+    open_source,
+    read_wav_16k,
+)
+from wyoming_pivoice.satellite.audio_out import CommandSink, NullSink, WavSink
+from wyoming_pivoice.satellite.settings import MicSettings
+
+from .helpers import REPO
+
+
+def tone(seconds: float, rate: int = 16000, freq: float = 440.0) -> bytes:
+    t = np.arange(int(seconds * rate)) / rate
+    return (np.sin(2 * np.pi * freq * t) * 8000).astype("<i2").tobytes()
+
+
+def write_wav(path: Path, pcm: bytes, rate: int = 16000, channels: int = 1) -> Path:
+    with wave.open(str(path), "wb") as wav:
+        wav.setframerate(rate)
+        wav.setsampwidth(2)
+        wav.setnchannels(channels)
+        wav.writeframes(pcm)
+    return path
+
+
+async def read_all(source) -> list[bytes]:
+    await source.open()
+    chunks = []
+    try:
+        while (chunk := await source.read()) is not None:
+            chunks.append(chunk)
+    finally:
+        await source.close()
+    return chunks
+
+
+async def test_wav_source_chunks_and_pads(tmp_path: Path) -> None:
+    pcm = tone(1.01)  # not a whole number of chunks
+    chunks = await read_all(WavSource(write_wav(tmp_path / "a.wav", pcm), realtime=False))
+    assert all(len(c) == CHUNK_BYTES for c in chunks)
+    assert len(chunks) == -(-len(pcm) // CHUNK_BYTES)
+    joined = b"".join(chunks)
+    assert joined[: len(pcm)] == pcm and set(joined[len(pcm) :]) == {0}
+
+
+async def test_wav_source_converts_other_formats(tmp_path: Path) -> None:
+    stereo = np.repeat(np.frombuffer(tone(0.5, rate=22050), dtype="<i2"), 2).tobytes()
+    path = write_wav(tmp_path / "b.wav", stereo, rate=22050, channels=2)
+    pcm = read_wav_16k(path)
+    assert abs(len(pcm) - 0.5 * 32000) <= 64
+
+
+async def test_realtime_wav_source_stamps_a_fixed_timeline(tmp_path: Path) -> None:
+    source = WavSource(write_wav(tmp_path / "c.wav", tone(0.2)), realtime=True)
+    await source.open()
+    times = []
+    while await source.read() is not None:
+        times.append(source.chunk_time)
+    await source.close()
+    assert len(times) == 7
+    # chunk n is "captured" n × 32 ms after the first, whatever the reader's jitter
+    assert np.allclose(np.diff(times), CHUNK_SECONDS)
+
+
+async def test_command_source_reads_until_a_clean_exit(tmp_path: Path) -> None:
+    pcm = tone(0.7)
+    raw = tmp_path / "in.raw"
+    raw.write_bytes(pcm)
+    source = CommandSource(f"cat {raw}", max_lead=None)
+    chunks = await read_all(source)
+    assert b"".join(chunks)[: len(pcm)] == pcm
+    assert source.restarts == 0
+
+
+async def test_command_source_restarts_a_dying_command(tmp_path: Path) -> None:
+    """A mic command that dies is restarted with backoff; its second life's audio comes through."""
+    pcm = tone(0.3)
+    raw = tmp_path / "in.raw"
+    raw.write_bytes(pcm)
+    marker = tmp_path / "died-once"
+    command = f"if [ -e {marker} ]; then cat {raw}; else touch {marker}; exit 3; fi"
+    source = CommandSource(command, max_lead=None)
+    chunks = await read_all(source)
+    assert source.restarts == 1
+    assert b"".join(chunks)[: len(pcm)] == pcm
+
+
+async def test_stdin_source(tmp_path: Path) -> None:
+    pcm = tone(0.25)
+    raw = tmp_path / "in.raw"
+    raw.write_bytes(pcm)
+    code = (
+        "import asyncio, sys\n"
+        "from wyoming_pivoice.satellite.audio_in import StdinSource\n"
+        "async def main():\n"
+        "    s = StdinSource(max_lead=None); await s.open(); n = 0\n"
+        "    while (c := await s.read()) is not None: n += len(c)\n"
+        "    await s.close(); print(n)\n"
+        "asyncio.run(main())\n"
+    )
+    expected = -(-len(pcm) // CHUNK_BYTES) * CHUNK_BYTES
+    run = [sys.executable, "-c", code]
+    # a file redirected in (no pipe transport) …
+    with open(raw, "rb") as stdin:
+        out = subprocess.run(run, stdin=stdin, capture_output=True, cwd=REPO, check=True)
+    assert int(out.stdout) == expected
+    # … and a pipe
+    out = subprocess.run(run, input=pcm, capture_output=True, cwd=REPO, check=True)
+    assert int(out.stdout) == expected
+
+
+def test_open_source_picks_the_backend(tmp_path: Path) -> None:
+    assert isinstance(open_source(MicSettings(wav="x.wav")), WavSource)
+    assert not open_source(MicSettings(wav="x.wav", pace="none")).realtime
+    assert isinstance(open_source(MicSettings(command="cat")), CommandSource)
+
+
+async def test_wav_sink_keeps_replies_at_their_rate(tmp_path: Path) -> None:
+    sink = WavSink(tmp_path / "out.wav")
+    first, second = tone(0.5, 22050), tone(0.25, 22050)
+    for part in (first[:1000], first[1000:]):
+        await sink.play(part, 22050, 2, 1)
+    await sink.drain()
+    assert sink.first_sample_at is not None
+    await sink.play(second, 22050, 2, 1)
+    await sink.drain()
+    await sink.play(tone(0.1, 16000), 16000, 2, 1)  # another format: another file
+    await sink.drain()
+    await sink.close()
+    with wave.open(str(tmp_path / "out.wav")) as wav:
+        assert wav.getframerate() == 22050
+        assert wav.readframes(wav.getnframes()) == first + second
+    assert [p.name for p in sink.paths] == ["out.wav", "out-2.wav"]
+
+
+async def test_wav_sink_one_file_per_reply(tmp_path: Path) -> None:
+    sink = WavSink(tmp_path / "reply-{n}.wav")
+    for _ in range(2):
+        await sink.play(tone(0.1, 22050), 22050, 2, 1)
+        await sink.drain()
+    await sink.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reply-1.wav", "reply-2.wav"]
+
+
+async def test_command_sink_substitutes_the_format_and_waits_for_the_command(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out-{rate}-{channels}-{bits}.raw"
+    sink = CommandSink(f"sleep 0.2; cat > '{out}'")
+    pcm = tone(0.3, 22050)
+    await sink.play(pcm, 22050, 2, 1)
+    await sink.drain()  # returns only once the command has taken everything and exited
+    assert (tmp_path / "out-22050-1-16.raw").read_bytes() == pcm
+    await sink.close()
+
+
+async def test_stop_drops_the_rest_of_a_reply(tmp_path: Path) -> None:
+    sink = NullSink(realtime=True)
+    await sink.play(tone(5.0, 22050), 22050, 2, 1)
+    await asyncio.sleep(0.05)
+    assert sink.playing
+    await asyncio.wait_for(sink.stop(), 1.0)  # far sooner than the 5 s the reply lasts
+    assert not sink.playing
+    assert sink.first_sample_at is not None
+
+    command = CommandSink(f"cat > {tmp_path / 'x.raw'}; sleep 30")
+    await command.play(tone(0.1, 22050), 22050, 2, 1)
+    drain = asyncio.create_task(command.drain())
+    await asyncio.sleep(0.1)
+    await asyncio.wait_for(command.stop(), 5.0)  # kills the command: barge-in
+    await asyncio.wait_for(drain, 5.0)  # and whoever waited for the reply is released
+
+
+ASOUNDRC = """
+pcm.pivoicemic {{
+    type file
+    slave.pcm null
+    file "/dev/null"
+    infile "{infile}"
+    format "raw"
+}}
+pcm.pivoicespk {{
+    type file
+    slave.pcm null
+    file "{outfile}"
+    format "raw"
+}}
+"""
+
+
+def alsa_home(tmp_path: Path, infile: Path, outfile: Path) -> dict[str, str]:
+    """An environment whose ALSA config has a capture device reading `infile` and a playback
+    device writing `outfile` (ALSA's `file` plugin over the `null` device: no sound card)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".asoundrc").write_text(ASOUNDRC.format(infile=infile, outfile=outfile))
+    return {**os.environ, "HOME": str(home)}
+
+
+def test_pyaudio_source_and_sink_through_alsa_file_devices(tmp_path: Path) -> None:
+    pcm = tone(0.5)
+    infile, outfile = tmp_path / "in.raw", tmp_path / "out.raw"
+    infile.write_bytes(pcm)
+    code = (
+        "import asyncio\n"
+        "from wyoming_pivoice.satellite.audio_in import PyAudioSource\n"
+        "from wyoming_pivoice.satellite.audio_out import PyAudioSink\n"
+        "async def main():\n"
+        "    s = PyAudioSource('pivoicemic'); await s.open()\n"
+        "    data = b''.join([await s.read() for _ in range(15)]); await s.close()\n"
+        "    k = PyAudioSink('pivoicespk'); await k.play(data, 22050, 2, 1); await k.drain()\n"
+        "    print(k.first_sample_at is not None); await k.close()\n"
+        "asyncio.run(main())\n"
+    )
+    env = alsa_home(tmp_path, infile, outfile)
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("True")
+    # 15 chunks of 512 samples went in from the capture device and out to the playback one
+    assert outfile.read_bytes() == pcm[: 15 * CHUNK_BYTES]

@@ -1,0 +1,95 @@
+"""Control flow of the standalone pipeline: barge-in and turn order (stand-in turn, real sink).
+
+The end-to-end behaviour on the real models is in test_satellite_standalone.py; barge-in
+depends on when a reply happens to be playing, so its control flow is tested here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+
+from wyoming_pivoice.satellite.audio_out import NullSink
+from wyoming_pivoice.satellite.endpoint import EndpointEvent, EndpointKind
+from wyoming_pivoice.satellite.pipeline import Player, Turns
+from wyoming_pivoice.satellite.settings import SatelliteSettings
+from wyoming_pivoice.satellite.stages import AudioPiece
+from wyoming_pivoice.timing import TimingLog, TurnClock
+
+
+class StandInRun:
+    """What the player needs of a TurnRun: a clock, an audio queue, a task, cancel()."""
+
+    def __init__(self, turn: int, seconds: float, finished: bool = True) -> None:
+        self.clock = TurnClock(turn)
+        self.audio: asyncio.Queue[AudioPiece | None] = asyncio.Queue()
+        pcm = (np.ones(int(seconds * 22050)) * 1000).astype("<i2").tobytes()
+        self.audio.put_nowait(AudioPiece(pcm, 22050, 2, 1))
+        if finished:
+            self.audio.put_nowait(None)
+        self.task = asyncio.create_task(asyncio.sleep(0 if finished else 3600))
+        self.cancelled = False
+
+    async def cancel(self) -> None:
+        self.cancelled = True
+        self.task.cancel()
+        self.audio.put_nowait(None)
+
+
+def started(at: float = 0.0) -> EndpointEvent:
+    return EndpointEvent(EndpointKind.SPEECH_STARTED, at, at, at, b"")
+
+
+async def wait_for(condition, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def test_speech_during_a_reply_stops_it(tmp_path: Path) -> None:
+    log = tmp_path / "timing.jsonl"
+    player = Player(NullSink(realtime=True), TimingLog(log))
+    runs: asyncio.Queue = asyncio.Queue()
+    long_reply = StandInRun(1, seconds=30.0, finished=False)  # the LLM is still writing
+    runs.put_nowait(long_reply)
+    playing = asyncio.create_task(player.run(runs))
+    await wait_for(lambda: player.playing)
+
+    turns = Turns(SatelliteSettings(server="tcp://x:1"), None, player, lambda: None)  # type: ignore[arg-type]
+    await turns._handle(started(), asyncio.Queue())
+
+    assert long_reply.cancelled  # the rest of the turn (LLM, TTS) is abandoned too
+    assert not player.playing
+    runs.put_nowait(None)
+    await asyncio.wait_for(playing, 2.0)  # not the 30 s the reply would last
+    (record,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert record["barged_in"] is True
+    assert record["stamps"]["first_played"] <= record["stamps"]["playback_done"]
+
+
+async def test_no_barge_in_lets_the_reply_finish_and_replies_keep_their_order(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "timing.jsonl"
+    player = Player(NullSink(realtime=True), TimingLog(log))
+    runs: asyncio.Queue = asyncio.Queue()
+    first, second = StandInRun(1, 0.3), StandInRun(2, 0.2)
+    for run in (first, second, None):
+        runs.put_nowait(run)
+    playing = asyncio.create_task(player.run(runs))
+    await wait_for(lambda: player.playing)
+
+    settings = SatelliteSettings(server="tcp://x:1", barge_in=False)
+    turns = Turns(settings, None, player, lambda: None)  # type: ignore[arg-type]
+    await turns._handle(started(), asyncio.Queue())
+    assert player.playing and not first.cancelled
+
+    await asyncio.wait_for(playing, 5.0)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["turn"] for r in records] == [1, 2]
+    assert not any(r["barged_in"] for r in records)
+    one, two = (r["stamps"] for r in records)
+    assert one["playback_done"] <= two["first_played"]

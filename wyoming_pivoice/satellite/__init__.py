@@ -1,0 +1,1 @@
+"""The on-device satellite: capture → VAD → ASR → LLM → TTS → playback."""

@@ -1,0 +1,393 @@
+"""Speaker sinks: play a reply's PCM at its own rate, as it arrives.
+
+A reply is everything `play`ed between two `drain`/`stop` calls. Its first `play`
+opens the output at that audio's rate; `drain` waits until the reply has really
+been played (or written); `stop` drops what is queued and stops at once (barge-in).
+`first_sample_at` is the monotonic time the reply's first sample went out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shlex
+import time
+import wave
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from .audio_in import find_device
+
+if TYPE_CHECKING:
+    from .settings import SndSettings
+
+_LOGGER = logging.getLogger(__name__)
+
+Format = tuple[int, int, int]  # rate, width, channels
+
+
+class AudioSink(Protocol):
+    first_sample_at: float | None
+
+    async def play(self, pcm: bytes, rate: int, width: int, channels: int) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class QueuedSink:
+    """The queueing every sink shares: one writer task per reply feeds the backend.
+
+    Subclasses implement `_open`, `_write` (returns once the bytes are with the device),
+    `_finish` (returns once everything written has been played) and `_abort`.
+    """
+
+    def __init__(self) -> None:
+        self.first_sample_at: float | None = None
+        self.replies = 0
+        self._queue: asyncio.Queue[bytes | None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._format: Format | None = None
+
+    @property
+    def playing(self) -> bool:
+        """A reply is queued or playing."""
+        return self._task is not None and not self._task.done()
+
+    async def play(self, pcm: bytes, rate: int, width: int, channels: int) -> None:
+        fmt = (rate, width, channels)
+        if self.playing and fmt != self._format:
+            await self.drain()  # a new format mid-reply: finish what we have, reopen
+        if not self.playing:
+            self.first_sample_at = None
+            self.replies += 1
+            self._format = fmt
+            self._queue = asyncio.Queue()
+            self._task = asyncio.create_task(self._run(fmt, self._queue), name="playback")
+        assert self._queue is not None
+        if pcm:
+            self._queue.put_nowait(pcm)
+
+    async def _run(self, fmt: Format, queue: asyncio.Queue[bytes | None]) -> None:
+        try:
+            await self._open(*fmt)
+            while (pcm := await queue.get()) is not None:
+                await self._write(pcm)
+                if self.first_sample_at is None:
+                    self.first_sample_at = self._written_at
+            await self._finish()
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await self._abort()
+            raise
+        except OSError as err:  # the device vanished, the command died…
+            _LOGGER.warning("Playback failed (%s); the rest of this reply is dropped", err)
+            with contextlib.suppress(Exception):
+                await self._abort()
+        except Exception:
+            _LOGGER.exception("Playback failed; the rest of this reply is dropped")
+            with contextlib.suppress(Exception):
+                await self._abort()
+
+    async def drain(self) -> None:
+        task, queue = self._task, self._queue
+        if task is None or queue is None:
+            return
+        queue.put_nowait(None)
+        # wait() rather than await: a barge-in's stop() cancels the task, not our caller.
+        await asyncio.wait({task})
+        if self._task is task:
+            self._task = None
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def close(self) -> None:
+        await self.stop()
+
+    # ---- backend ------------------------------------------------------------------------
+
+    _written_at: float = 0.0  # set by _write: when the first byte of its data went out
+
+    async def _open(self, rate: int, width: int, channels: int) -> None:
+        self._bytes_per_second = rate * width * channels
+
+    async def _write(self, pcm: bytes) -> None:
+        self._written_at = time.monotonic()
+
+    async def _finish(self) -> None:
+        pass
+
+    async def _abort(self) -> None:
+        pass
+
+
+class _RealtimeClock:
+    """Paces writes like a speaker would consume them (for file and null sinks)."""
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self.seconds = 0.0
+
+    def reset(self) -> None:
+        self.start = None
+        self.seconds = 0.0
+
+    async def advance(self, seconds: float) -> None:
+        if self.start is None:
+            self.start = time.monotonic()
+        due = self.start + self.seconds
+        self.seconds += seconds
+        delay = due - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def finish(self) -> None:
+        if self.start is not None:
+            delay = self.start + self.seconds - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+
+class NullSink(QueuedSink):
+    """Discards audio (optionally taking as long as playing it would)."""
+
+    def __init__(self, realtime: bool = False) -> None:
+        super().__init__()
+        self.realtime = realtime
+        self._clock = _RealtimeClock()
+
+    async def _open(self, rate: int, width: int, channels: int) -> None:
+        await super()._open(rate, width, channels)
+        self._clock.reset()
+
+    async def _write(self, pcm: bytes) -> None:
+        if self.realtime:
+            await self._clock.advance(len(pcm) / self._bytes_per_second)
+        self._written_at = time.monotonic()
+
+    async def _finish(self) -> None:
+        if self.realtime:
+            await self._clock.finish()
+
+
+class WavSink(QueuedSink):
+    """Writes replies into a WAV file.
+
+    All replies go into one file (the header is patched after every write, so the file
+    is valid at any moment) unless `path` contains `{n}`, which gives each reply its own
+    file (n = 1, 2, …). A reply at another format than the file's starts a new file
+    `NAME-N.wav`. `realtime` paces writing like a speaker.
+    """
+
+    def __init__(self, path: str | Path, realtime: bool = False) -> None:
+        super().__init__()
+        self.path = str(path)
+        self.realtime = realtime
+        self.paths: list[Path] = []
+        self._wav: wave.Wave_write | None = None
+        self._wav_format: Format | None = None
+        self._clock = _RealtimeClock()
+
+    def _next_path(self) -> Path:
+        if "{n}" in self.path:
+            return Path(self.path.replace("{n}", str(self.replies)))
+        if not self.paths:
+            return Path(self.path)
+        base = Path(self.path)
+        return base.with_name(f"{base.stem}-{len(self.paths) + 1}{base.suffix}")
+
+    async def _open(self, rate: int, width: int, channels: int) -> None:
+        await super()._open(rate, width, channels)
+        self._clock.reset()
+        fmt = (rate, width, channels)
+        if self._wav is not None and ("{n}" in self.path or fmt != self._wav_format):
+            self._close_wav()
+        if self._wav is None:
+            path = self._next_path()
+            wav = wave.open(str(path), "wb")  # noqa: SIM115 — kept open across replies
+            wav.setframerate(rate)
+            wav.setsampwidth(width)
+            wav.setnchannels(channels)
+            self._wav, self._wav_format = wav, fmt
+            self.paths.append(path)
+
+    async def _write(self, pcm: bytes) -> None:
+        if self.realtime:
+            await self._clock.advance(len(pcm) / self._bytes_per_second)
+        self._written_at = time.monotonic()
+        assert self._wav is not None
+        self._wav.writeframes(pcm)  # small and buffered: fine on the loop
+
+    async def _finish(self) -> None:
+        if self.realtime:
+            await self._clock.finish()
+        if self._wav is not None:
+            self._wav._file.flush()  # type: ignore[attr-defined]
+
+    async def _abort(self) -> None:
+        if self._wav is not None:
+            self._wav._file.flush()  # type: ignore[attr-defined]
+
+    def _close_wav(self) -> None:
+        wav, self._wav = self._wav, None
+        if wav is not None:
+            wav.close()
+
+    async def close(self) -> None:
+        await super().close()
+        self._close_wav()
+
+
+class CommandSink(QueuedSink):
+    """Pipes each reply into a new process (e.g. `aplay -r {rate} -c {channels} -f S16_LE -t raw`).
+
+    {rate}, {channels}, {width} and {bits} are substituted for the reply's format, {n} for
+    the reply's number (1, 2, …). The reply has been played when the command exits after
+    its standard input closes.
+    """
+
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self.command = command
+        self._proc: asyncio.subprocess.Process | None = None
+
+    def format_command(self, rate: int, width: int, channels: int) -> str:
+        # Plain replacement, not str.format: shell commands may hold other braces (awk …).
+        command = self.command
+        values = {
+            "rate": rate,
+            "width": width,
+            "channels": channels,
+            "bits": width * 8,
+            "n": self.replies,
+        }
+        for key, value in values.items():
+            command = command.replace("{" + key + "}", str(value))
+        return command
+
+    async def _open(self, rate: int, width: int, channels: int) -> None:
+        await super()._open(rate, width, channels)
+        command = self.format_command(rate, width, channels)
+        self._proc = await asyncio.create_subprocess_shell(
+            command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL
+        )
+        _LOGGER.debug("Speaker command started (pid %s): %s", self._proc.pid, command)
+
+    async def _write(self, pcm: bytes) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._written_at = time.monotonic()
+        self._proc.stdin.write(pcm)
+        await self._proc.stdin.drain()
+
+    async def _finish(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()
+            with contextlib.suppress(ConnectionError):
+                await proc.stdin.wait_closed()
+        code = await proc.wait()
+        if code != 0:
+            _LOGGER.warning("Speaker command exited with %s: %s", code, shlex.quote(self.command))
+
+    async def _abort(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+
+class PyAudioSink(QueuedSink):
+    """An output device through PortAudio, opened at each reply's own rate."""
+
+    PIECE_FRAMES = 1024  # write in small pieces so a barge-in stops within ~50 ms
+
+    def __init__(self, device: str | None = None) -> None:
+        super().__init__()
+        self.device = device
+        self._pa: object | None = None
+        self._stream: object | None = None
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="pivoice speaker")
+        self._aborted = False
+
+    async def _call(self, fn, *args):  # a tiny thread hop
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _open_stream(self, rate: int, width: int, channels: int) -> None:
+        import pyaudio
+
+        if self._pa is None:
+            self._pa = pyaudio.PyAudio()
+        pa: pyaudio.PyAudio = self._pa  # type: ignore[assignment]
+        self._stream = pa.open(
+            format=pa.get_format_from_width(width),
+            channels=channels,
+            rate=rate,
+            output=True,
+            output_device_index=find_device(pa, self.device, want_input=False),
+            frames_per_buffer=self.PIECE_FRAMES,
+        )
+
+    async def _open(self, rate: int, width: int, channels: int) -> None:
+        await super()._open(rate, width, channels)
+        self._aborted = False
+        self._frame_bytes = width * channels
+        await self._call(self._open_stream, rate, width, channels)
+
+    def _write_blocking(self, pcm: bytes) -> None:
+        step = self.PIECE_FRAMES * self._frame_bytes
+        for offset in range(0, len(pcm), step):
+            if self._aborted:
+                return
+            self._stream.write(pcm[offset : offset + step])  # type: ignore[attr-defined]
+
+    async def _write(self, pcm: bytes) -> None:
+        self._written_at = time.monotonic()
+        await self._call(self._write_blocking, pcm)
+
+    def _close_stream(self, play_out: bool) -> None:
+        stream, self._stream = self._stream, None
+        if stream is None:
+            return
+        with contextlib.suppress(Exception):
+            # stop_stream lets the buffered audio play out; abort drops it.
+            if play_out:
+                stream.stop_stream()  # type: ignore[attr-defined]
+            stream.close()  # type: ignore[attr-defined]
+
+    async def _finish(self) -> None:
+        await self._call(self._close_stream, True)
+
+    async def _abort(self) -> None:
+        self._aborted = True
+        await self._call(self._close_stream, False)
+
+    async def close(self) -> None:
+        await super().close()
+        pa, self._pa = self._pa, None
+        if pa is not None:
+            await self._call(pa.terminate)  # type: ignore[attr-defined]
+        self._executor.shutdown(wait=False)
+
+
+def open_sink(snd: SndSettings) -> AudioSink:
+    if snd.wav:
+        return WavSink(snd.wav, realtime=snd.realtime)
+    if snd.command:
+        return CommandSink(snd.command)
+    if snd.device in ("null", "none"):
+        return NullSink(realtime=snd.realtime)
+    return PyAudioSink(snd.device)

@@ -1,0 +1,265 @@
+"""Endpointing: Silero VAD probabilities → speech started / speculate / resumed / endpoint.
+
+`EndpointLogic` is pure: it takes one probability per 32 ms frame (so tests can feed
+recorded ones). `Endpointer` runs Silero VAD on each 512-sample chunk (off the event
+loop) and hands the probability to the logic.
+
+Timing: every frame carries the monotonic time it was captured (read). The endpoint is
+declared on the first frame at which the silence since the last voiced frame covers the
+window (`silence_ms`), i.e. at most one frame (32 ms) after the window has passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from .audio_in import CHUNK_BYTES, CHUNK_SECONDS
+from .settings import VadSettings
+
+FRAME_MS = CHUNK_SECONDS * 1000  # 32 ms
+HYSTERESIS = 0.15  # speech continues until the probability drops this far below the threshold
+
+
+class EndpointKind(str, Enum):
+    SPEECH_STARTED = "speech-started"  # audio: the pre-speech audio and the speech so far
+    SPECULATE = "speculate"  # audio: what ENDPOINT will carry if no speech follows
+    SPEECH_RESUMED = "speech-resumed"  # after SPECULATE: the speculation is void
+    ENDPOINT = "endpoint"  # audio: pre-speech + speech + trailing pad
+
+
+@dataclass(frozen=True)
+class EndpointEvent:
+    kind: EndpointKind
+    time: float  # monotonic time of the frame that caused the event
+    speech_start: float  # time of the utterance's first voiced frame
+    last_voiced: float  # time of its latest voiced frame
+    audio: bytes = b""
+    forced: bool = False  # ENDPOINT because the utterance reached max_speech_s
+
+    @property
+    def seconds(self) -> float:
+        return len(self.audio) / (2 * 16000)
+
+
+def _frames(ms: float) -> int:
+    return max(0, math.ceil(ms / FRAME_MS - 1e-9))
+
+
+class EndpointLogic:
+    """The endpointing state machine over per-frame speech probabilities."""
+
+    def __init__(self, settings: VadSettings) -> None:
+        self.settings = settings
+        self.threshold = settings.threshold
+        self.neg_threshold = max(0.0, settings.threshold - HYSTERESIS)
+        self.silence_frames = max(1, _frames(settings.silence_ms))
+        self.min_speech_frames = max(1, _frames(settings.min_speech_ms))
+        speculate = _frames(settings.speculate_ms) if settings.speculate_ms > 0 else 0
+        self.speculate_frames = speculate if 0 < speculate < self.silence_frames else 0
+        pad = _frames(settings.pad_ms)
+        # Speculation must send exactly the audio the endpoint would: pad ≤ speculation.
+        self.pad_frames = min(pad, self.speculate_frames) if self.speculate_frames else pad
+        self.max_frames = max(self.silence_frames + 1, _frames(settings.max_speech_s * 1000))
+        self._prespeech: deque[bytes] = deque(maxlen=max(0, _frames(settings.prespeech_ms)))
+        self.reset()
+
+    def reset(self) -> None:
+        self._prespeech.clear()
+        self._frames: list[bytes] = []  # the candidate or utterance, from its first voiced frame
+        self._lead: bytes = b""  # pre-speech audio of the current candidate/utterance
+        self._state = "idle"  # idle | candidate | speech
+        self._voiced = 0
+        self._silence_run = 0
+        self._last_voiced_index = -1
+        self._speech_start = 0.0
+        self._last_voiced = 0.0
+        self._speculating = False
+
+    @property
+    def in_speech(self) -> bool:
+        """An utterance has started and not ended (frames fed now belong to it)."""
+        return self._state == "speech"
+
+    def process(self, probability: float, frame: bytes, now: float) -> list[EndpointEvent]:
+        if self._state == "idle":
+            if probability >= self.threshold:
+                self._begin_candidate(frame, now)
+                return self._maybe_start(now)
+            self._prespeech.append(frame)
+            return []
+
+        self._frames.append(frame)
+        voiced = probability >= self.threshold or (
+            probability >= self.neg_threshold and self._silence_run == 0
+        )
+        if voiced:
+            self._silence_run = 0
+            self._last_voiced_index = len(self._frames) - 1
+            self._last_voiced = now
+            if self._state == "candidate":
+                if probability >= self.threshold:
+                    self._voiced += 1
+                return self._maybe_start(now)
+            events = self._check_length(now)
+            if self._speculating and not events:
+                self._speculating = False
+                return [self._event(EndpointKind.SPEECH_RESUMED, now)]
+            return events
+
+        self._silence_run += 1
+        if self._state == "candidate":
+            if self._silence_run >= self.silence_frames:
+                self._drop_candidate()
+            return []
+        if self._silence_run >= self.silence_frames:
+            return [self._end(now)]
+        events = self._check_length(now)
+        if events:
+            return events
+        if self.speculate_frames and self._silence_run == self.speculate_frames:
+            self._speculating = True
+            return [self._event(EndpointKind.SPECULATE, now, self._utterance_audio())]
+        return []
+
+    def flush(self, now: float) -> list[EndpointEvent]:
+        """The stream ended: an utterance in progress ends here (a candidate is dropped)."""
+        if self._state != "speech":
+            self._state = "idle"
+            self._frames = []
+            return []
+        audio = self._utterance_audio()
+        event = self._event(EndpointKind.ENDPOINT, now, audio, forced=True)
+        self._finish(len(self._frames))
+        return [event]
+
+    # ---- transitions --------------------------------------------------------------------
+
+    def _begin_candidate(self, frame: bytes, now: float) -> None:
+        self._state = "candidate"
+        self._lead = b"".join(self._prespeech)
+        self._prespeech.clear()
+        self._frames = [frame]
+        self._voiced = 1
+        self._silence_run = 0
+        self._last_voiced_index = 0
+        self._speech_start = now
+        self._last_voiced = now
+
+    def _maybe_start(self, now: float) -> list[EndpointEvent]:
+        if self._voiced < self.min_speech_frames:
+            return []
+        self._state = "speech"
+        self._speculating = False
+        audio = self._lead + b"".join(self._frames)
+        return [self._event(EndpointKind.SPEECH_STARTED, now, audio)]
+
+    def _drop_candidate(self) -> None:
+        """A blip shorter than min_speech: back to idle, its audio becomes pre-speech."""
+        for frame in self._frames:
+            self._prespeech.append(frame)
+        self._frames = []
+        self._state = "idle"
+
+    def _check_length(self, now: float) -> list[EndpointEvent]:
+        if len(self._frames) < self.max_frames:
+            return []
+        audio = self._lead + b"".join(self._frames)
+        event = self._event(EndpointKind.ENDPOINT, now, audio, forced=True)
+        self._finish(len(self._frames))
+        return [event]
+
+    def _utterance_audio(self) -> bytes:
+        end = min(len(self._frames), self._last_voiced_index + 1 + self.pad_frames)
+        return self._lead + b"".join(self._frames[:end])
+
+    def _end(self, now: float) -> EndpointEvent:
+        event = self._event(EndpointKind.ENDPOINT, now, self._utterance_audio())
+        self._finish(self._last_voiced_index + 1 + self.pad_frames)
+        return event
+
+    def _finish(self, used: int) -> None:
+        # Silence after the padding may be the pre-speech of the next utterance.
+        for frame in self._frames[used:]:
+            self._prespeech.append(frame)
+        self._frames = []
+        self._lead = b""
+        self._state = "idle"
+        self._speculating = False
+        self._silence_run = 0
+
+    def _event(
+        self, kind: EndpointKind, now: float, audio: bytes = b"", forced: bool = False
+    ) -> EndpointEvent:
+        return EndpointEvent(kind, now, self._speech_start, self._last_voiced, audio, forced)
+
+
+class Endpointer:
+    """Silero VAD + EndpointLogic: feed 512-sample chunks, get endpointing events.
+
+    The VAD runs in its own single worker thread (its recurrent state must see the
+    chunks in order, and model calls never block the event loop).
+    """
+
+    def __init__(self, settings: VadSettings, vad: object | None = None) -> None:
+        self.settings = settings
+        self.logic = EndpointLogic(settings)
+        self._vad = vad
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="pivoice vad")
+        self.last_probability = 0.0
+
+    @property
+    def in_speech(self) -> bool:
+        return self.logic.in_speech
+
+    async def load(self) -> None:
+        if self._vad is None:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
+
+    def _load(self) -> None:
+        if self._vad is None:
+            from ..engines.vad import SileroVad
+
+            self._vad = SileroVad()
+
+    def probability(self, chunk: bytes) -> float:
+        """Blocking: the speech probability of one chunk (runs the model)."""
+        if len(chunk) != CHUNK_BYTES:
+            raise ValueError(f"the endpointer takes {CHUNK_BYTES}-byte chunks, got {len(chunk)}")
+        self._load()
+        samples = np.frombuffer(chunk, dtype="<i2").astype(np.float32) / 32768.0
+        return self._vad.probability(samples)  # type: ignore[union-attr]
+
+    async def feed(self, chunk: bytes, now: float | None = None) -> list[EndpointEvent]:
+        """Process one chunk captured at `now` (default: the time of the call)."""
+        if now is None:
+            now = time.monotonic()
+        loop = asyncio.get_running_loop()
+        prob = await loop.run_in_executor(self._executor, self.probability, chunk)
+        self.last_probability = prob
+        return self.logic.process(prob, chunk, now)
+
+    def feed_sync(self, chunk: bytes, now: float) -> list[EndpointEvent]:
+        prob = self.probability(chunk)
+        self.last_probability = prob
+        return self.logic.process(prob, chunk, now)
+
+    def flush(self, now: float | None = None) -> list[EndpointEvent]:
+        return self.logic.flush(time.monotonic() if now is None else now)
+
+    def reset(self) -> None:
+        """Forget the current utterance and the VAD's state (e.g. after a pause)."""
+        self.logic.reset()
+        vad = self._vad
+        if vad is not None:
+            self._executor.submit(vad.reset)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False)

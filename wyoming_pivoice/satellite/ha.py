@@ -1,0 +1,666 @@
+"""Home Assistant satellite mode: serve the Wyoming satellite protocol that HA's Wyoming
+integration drives (homeassistant/components/wyoming/assist_satellite.py).
+
+HA is the TCP client: it connects, sends `run-satellite`, pings every ~2 s and sends
+`describe` before each pipeline loop. We start a run with `run-pipeline` and stream
+16 kHz mic audio up; HA answers with pipeline events and streams the reply down as
+`audio-start`/`audio-chunk`/`audio-stop` at the rate in `audio-start`; we send `played`
+once the speaker has really finished.
+
+Every decision lives in `state.SatelliteMachine`; this module only turns sockets, the
+microphone, the speaker and the clock into its inputs and carries out its actions.
+One lock serialises "input → actions", so two sources of input (HA's events, the
+mic, the clock, the speaker finishing) never interleave their actions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import time
+import wave
+from functools import partial
+from typing import Any
+from urllib.parse import urlparse
+
+from wyoming.asr import Transcribe, Transcript
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error
+from wyoming.event import Event
+from wyoming.info import Describe, Info
+from wyoming.ping import Ping, Pong
+from wyoming.pipeline import PipelineStage, RunPipeline
+from wyoming.satellite import PauseSatellite, RunSatellite
+from wyoming.server import AsyncEventHandler, AsyncServer, AsyncStdioServer, AsyncTcpServer
+from wyoming.snd import Played
+from wyoming.timer import TimerCancelled, TimerFinished, TimerStarted, TimerUpdated
+from wyoming.tts import Synthesize
+from wyoming.vad import VoiceStarted, VoiceStopped
+from wyoming.wake import Detect, Detection
+
+from ..audio import AudioFormatError, check_format
+from ..timing import TimingLog, TurnClock
+from ..zeroconf import Advertiser, default_name
+from . import state
+from .audio_in import CHANNELS, CHUNK_BYTES, CHUNK_SAMPLES, RATE, WIDTH, AudioSource
+from .audio_out import AudioSink
+from .endpoint import Endpointer, EndpointKind
+from .ha_info import satellite_info
+from .settings import SatelliteSettings
+
+_LOGGER = logging.getLogger(__name__)
+
+WRITE_TIMEOUT = 5.0  # a write HA does not take within this long means HA is gone
+TICK_SECONDS = 0.1
+TAKEOVER_WAIT = 1.0  # a newcomer waits this long for the old connection to finish closing
+CHUNK_MS = CHUNK_SAMPLES * 1000 // RATE
+
+_PROGRESS = {
+    Transcribe.is_type: "transcribe",
+    VoiceStarted.is_type: "voice-started",
+    VoiceStopped.is_type: "voice-stopped",
+    Detect.is_type: "detect",
+    Detection.is_type: "detection",
+    Synthesize.is_type: "synthesize",
+}
+
+
+def _keepalive(writer: asyncio.StreamWriter) -> None:
+    """TCP keepalive, so a Home Assistant that vanished without a FIN is noticed."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 10)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 5)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+
+
+class HaConnection(AsyncEventHandler):
+    """One TCP connection (Home Assistant, or a `describe`-only probe)."""
+
+    def __init__(
+        self, satellite: HaSatellite, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        super().__init__(reader, writer)
+        self.satellite = satellite
+        self.peer = writer.get_extra_info("peername")
+        _keepalive(writer)
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        except (ConnectionError, OSError, asyncio.IncompleteReadError) as err:
+            _LOGGER.info("Connection %s lost: %s", self.peer, err)
+
+    async def handle_event(self, event: Event) -> bool:
+        return await self.satellite.handle_event(self, event)
+
+    async def disconnect(self) -> None:
+        await self.satellite.connection_closed(self)
+
+    @property
+    def gone(self) -> bool:
+        return self.writer.is_closing() or self.reader.at_eof()
+
+
+class HaSatellite:
+    """The satellite's I/O around the state machine."""
+
+    def __init__(
+        self,
+        settings: SatelliteSettings,
+        source: AudioSource,
+        sink: AudioSink,
+        endpointer: Endpointer,
+        wake: Any | None = None,  # wake.WakeWord: name, phrase, async_detect, async_reset
+        timeouts: state.Timeouts | None = None,
+        remote_wake: bool | None = None,
+    ) -> None:
+        self.settings = settings
+        self.source = source
+        self.sink = sink
+        self.endpointer = endpointer
+        self.wake = wake
+        if remote_wake is None:  # --remote-wake: stream to HA and let it find the wake word
+            remote_wake = settings.remote_wake
+        self.remote_wake = remote_wake
+        self.wake_name = _wake_key(wake.name) if wake is not None else None
+        self.sound_paths = {
+            name: path
+            for name, path in (
+                ("awake", settings.awake_wav),
+                ("done", settings.done_wav),
+                ("timer", settings.done_wav),
+            )
+            if path
+        }
+        self.machine = state.SatelliteMachine(
+            remote_wake=self.remote_wake,
+            sounds=frozenset(self.sound_paths),
+            timeouts=timeouts,
+        )
+        self.info: Info = satellite_info(
+            settings.name or default_name("satellite"),
+            settings.area,
+            self.remote_wake,
+            self.wake_name,
+            getattr(wake, "phrase", None),
+        )
+        self.timing = TimingLog(settings.timing_log)
+        self._lock = asyncio.Lock()
+        self._active: HaConnection | None = None
+        self._mic_wanted = asyncio.Event()
+        self._done = asyncio.Event()
+        self.exit_code = 0
+        self._prespeech = b""
+        self._stream_ms = 0
+        self._playback_task: asyncio.Task[None] | None = None
+        self._sounds: dict[str, tuple[bytes, int, int, int]] = {}
+        self._clock: TurnClock | None = None
+        self._turns = 0
+        self._server: AsyncServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ---- running -----------------------------------------------------------------------------
+
+    async def serve(self, server: AsyncServer) -> int:
+        """Serve until the microphone ends (and the turn in flight is finished) or a signal."""
+        await self.start(server)
+        return await self.wait()
+
+    async def start(self, server: AsyncServer) -> None:
+        """Listen (raises OSError if the address is taken), start the mic and the clock."""
+        await server.start(partial(HaConnection, self))
+        self._server = server
+        _LOGGER.info("Home Assistant satellite listening on %s", self.settings.uri)
+        self._tasks = [
+            asyncio.create_task(self._mic_loop(), name="satellite mic"),
+            asyncio.create_task(self._tick_loop(), name="satellite clock"),
+        ]
+
+    async def wait(self) -> int:
+        """Block until stopped, then shut everything down; returns the exit code."""
+        try:
+            await self._done.wait()
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            if self._server is not None:
+                await self._shutdown(self._server)
+        return self.exit_code
+
+    async def _shutdown(self, server: AsyncServer) -> None:
+        with contextlib.suppress(Exception):
+            await server.stop()
+        if self._playback_task is not None:
+            self._playback_task.cancel()
+        with contextlib.suppress(Exception):
+            await self.sink.close()
+        with contextlib.suppress(Exception):
+            await self.source.close()
+        self.endpointer.close()
+        if self.wake is not None:
+            self.wake.close()
+        self._finish_turn(force=True)
+        self.timing.close()
+
+    def stop(self, code: int = 0) -> None:
+        self.exit_code = code
+        self._done.set()
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            async with self._lock:
+                try:
+                    await self._apply(self.machine.tick(time.monotonic()))
+                except Exception:  # the clock is what gets us out of lost events: keep it
+                    _LOGGER.exception("Clock tick failed")
+
+    # ---- the connection to Home Assistant ---------------------------------------------------
+
+    async def handle_event(self, conn: HaConnection, event: Event) -> bool:
+        """Events from any connection; only the active one drives the satellite."""
+        try:
+            if Describe.is_type(event.type):
+                await conn.write_event(self.info.event())
+                if conn is self._active:
+                    self.machine.heard(time.monotonic())
+                return True
+            if Ping.is_type(event.type):
+                # Answered at once, outside the lock: HA drops us after 5 s without a pong.
+                await conn.write_event(Pong(text=event.data.get("text")).event())
+                if conn is self._active:
+                    self.machine.heard(time.monotonic(), ping=True)
+                return True
+            if not await self._claim(conn):
+                _LOGGER.warning("Refusing %s: another Home Assistant is connected", conn.peer)
+                await conn.write_event(
+                    Error(
+                        text="satellite busy: another Home Assistant connection is active",
+                        code="busy",
+                    ).event()
+                )
+                return False
+            async with self._lock:
+                if conn is not self._active:
+                    return False  # dropped while we waited
+                now = time.monotonic()
+                self.machine.heard(now)
+                await self._dispatch(event, now)
+                return conn is self._active
+        except (ConnectionError, OSError):
+            raise
+        except Exception:  # an odd event must never take the satellite down
+            _LOGGER.exception("Ignoring event %s that could not be handled", event.type)
+            return True
+
+    async def _claim(self, conn: HaConnection) -> bool:
+        """Make `conn` the active connection if there is none (or the old one is gone)."""
+        deadline = time.monotonic() + TAKEOVER_WAIT
+        while True:
+            old = self._active
+            if old is conn:
+                return True
+            if old is not None and old.gone:
+                await self.connection_closed(old)
+                old = self._active
+            if old is None:
+                async with self._lock:
+                    if self._active is None:
+                        self._active = conn
+                        _LOGGER.info("Home Assistant connected from %s", conn.peer)
+                        await self._apply(self.machine.connect(time.monotonic()))
+                return self._active is conn
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+
+    async def connection_closed(self, conn: HaConnection) -> None:
+        async with self._lock:
+            if conn is not self._active:
+                return
+            self._active = None
+            _LOGGER.info("Home Assistant disconnected (%s): back to idle", conn.peer)
+            await self._apply(self.machine.disconnect(time.monotonic()))
+
+    async def _send(self, event: Event) -> None:
+        """Write to the active connection; a failed write means HA is gone."""
+        conn = self._active
+        if conn is None:
+            return
+        try:
+            await asyncio.wait_for(conn.write_event(event), WRITE_TIMEOUT)
+        except (ConnectionError, OSError, asyncio.TimeoutError, RuntimeError) as err:
+            _LOGGER.warning(
+                "Sending %s to Home Assistant failed (%r): dropping it", event.type, err
+            )
+            if self._active is conn:
+                self._active = None
+                conn.writer.close()
+                await self._apply(self.machine.disconnect(time.monotonic()))
+
+    async def _dispatch(self, event: Event, now: float) -> None:
+        kind, data, m = event.type, event.data, self.machine
+        if RunSatellite.is_type(kind):
+            self._mic_wanted.set()
+            await self._apply(m.run_satellite(now))
+        elif PauseSatellite.is_type(kind):
+            _LOGGER.info("Paused by Home Assistant")
+            await self._apply(m.pause_satellite(now))
+        elif Pong.is_type(kind):
+            pass
+        elif AudioStart.is_type(kind):
+            fmt = _audio_format(data)
+            if fmt is not None:
+                await self._apply(m.audio_start(now, fmt))
+        elif AudioChunk.is_type(kind):
+            fmt = _audio_format(data, quiet=True)  # only used if no audio-start came
+            await self._apply(m.audio_chunk(now, event.payload or b"", fmt))
+        elif AudioStop.is_type(kind):
+            await self._apply(m.audio_stop(now))
+        elif Transcript.is_type(kind):
+            text = data.get("text")
+            _LOGGER.info("Transcript: %r", text)
+            if self._clock is not None:
+                self._clock.mark_once("transcript", now)
+                self._clock.transcript = str(text or "")
+            await self._apply(m.transcript(now))
+        elif Error.is_type(kind):
+            _LOGGER.warning(
+                "Home Assistant pipeline error: %s (%s)", data.get("text"), data.get("code")
+            )
+            if self._clock is not None:
+                self._clock.fail(f"{data.get('code')}: {data.get('text')}")
+            await self._apply(m.error(now))
+        elif (what := _progress(kind)) is not None:
+            _LOGGER.debug("Home Assistant: %s %s", kind, data)
+            if what in ("detection", "transcribe") and m.in_turn is False and m.streaming:
+                self._start_turn()  # remote wake: HA heard its wake word
+            if what == "synthesize" and self._clock is not None:
+                self._clock.reply = str(data.get("text") or "")
+            await self._apply(m.progress(now, what))
+        elif TimerFinished.is_type(kind):
+            _LOGGER.info("Timer finished: %s", data.get("id"))
+            await self._apply(m.sound(now, "timer"))
+        elif any(t.is_type(kind) for t in (TimerStarted, TimerUpdated, TimerCancelled)):
+            _LOGGER.info("Timer event %s: %s", kind, data)
+        elif RunPipeline.is_type(kind):
+            try:
+                run = RunPipeline.from_event(event)
+            except (KeyError, ValueError) as err:
+                _LOGGER.warning("Ignoring a malformed run-pipeline: %s", err)
+                return
+            actions = m.remote_run_pipeline(
+                now, run.start_stage.value, run.end_stage.value, run.announce_text
+            )
+            if any(isinstance(action, state.SendRunPipeline) for action in actions):
+                self._start_turn()
+            await self._apply(actions)
+        else:
+            _LOGGER.debug("Ignoring event %s", kind)
+        self._finish_turn()
+
+    # ---- the microphone ----------------------------------------------------------------------
+
+    async def _mic_loop(self) -> None:
+        """Capture starts when HA first says run-satellite and goes on for good.
+
+        Audio is read all the time (a live device must not back up) but only examined
+        while a run may start or is streaming.
+        """
+        await self._mic_wanted.wait()
+        try:
+            await self.source.open()
+        except Exception as err:
+            _LOGGER.error("Cannot open the microphone: %s", err)
+            self.stop(1)
+            return
+        while True:
+            try:
+                chunk = await self.source.read()
+            except Exception as err:  # sources retry by themselves; this is a last resort
+                _LOGGER.warning("Microphone read failed: %s", err)
+                await asyncio.sleep(1.0)
+                continue
+            now = time.monotonic()
+            if chunk is None:
+                _LOGGER.info("Microphone ended: finishing the turn in flight")
+                async with self._lock:
+                    await self._apply(self.machine.mic_ended(now))
+                    self._finish_turn()
+                return
+            try:
+                await self._on_mic_chunk(chunk, now)
+            except Exception:  # a VAD or wake word failure costs this chunk, not the mic
+                _LOGGER.exception("Could not process a microphone chunk")
+
+    async def _on_mic_chunk(self, chunk: bytes, now: float) -> None:
+        m = self.machine
+        local = not self.remote_wake and m.playback is state.Playback.IDLE
+        examine = local and (
+            (m.phase is state.Phase.LISTENING and self.wake is None)
+            or (m.streaming and m.stage == "asr")
+        )
+        events = await self.endpointer.feed(chunk, now) if examine else []
+        fired = False
+        if self.wake is not None and m.accepts_trigger:
+            fired = await self.wake.async_detect(chunk)
+        async with self._lock:
+            if m.streaming:
+                await self._send_mic(chunk)  # before the events: it belongs to this stream
+            if fired:
+                _LOGGER.info("Wake word %s detected", self.wake_name)
+                self._start_turn()
+                await self._apply(m.trigger(now, self.wake_name))
+            for ev in events:
+                if ev.kind is EndpointKind.SPEECH_STARTED:
+                    if self.wake is None and m.accepts_trigger:
+                        self._prespeech = ev.audio  # pre-speech + speech so far, this chunk too
+                        self._start_turn()
+                        if self._clock is not None:
+                            self._clock.mark("speech_start", ev.speech_start)
+                        await self._apply(m.trigger(now))
+                    elif m.streaming:
+                        if self._clock is not None:
+                            self._clock.mark_once("speech_start", ev.speech_start)
+                        await self._apply(m.speech_started(now))
+                elif ev.kind is EndpointKind.ENDPOINT and m.streaming:
+                    if self._clock is not None:
+                        self._clock.mark("last_voiced", ev.last_voiced)
+                        self._clock.mark("endpoint", ev.time)
+                    await self._apply(m.endpoint(now))
+            self._finish_turn()
+
+    async def _send_mic(self, audio: bytes) -> None:
+        await self._send(
+            AudioChunk(
+                rate=RATE, width=WIDTH, channels=CHANNELS, audio=audio, timestamp=self._stream_ms
+            ).event()
+        )
+        self._stream_ms += len(audio) * 1000 // (RATE * WIDTH * CHANNELS)
+
+    # ---- carrying out the machine's actions --------------------------------------------------
+
+    async def _apply(self, actions: list[state.Action]) -> None:
+        """Run actions in order (called with the lock held)."""
+        for action in actions:
+            try:
+                await self._do(action)
+            except Exception:  # one failed action (a broken speaker) must not skip the rest
+                _LOGGER.exception("Action %s failed", action)
+        self._finish_turn()  # the turn clock closes as soon as the machine leaves the turn
+
+    async def _do(self, action: state.Action) -> None:
+        if isinstance(action, state.SendRunPipeline):
+            _LOGGER.info("Starting a run: %s → %s", action.start_stage, action.end_stage)
+            await self._send(
+                RunPipeline(
+                    start_stage=PipelineStage(action.start_stage),
+                    end_stage=PipelineStage(action.end_stage),
+                    wake_word_name=action.wake_word_name,
+                    announce_text=action.announce_text,
+                ).event()
+            )
+        elif isinstance(action, state.SendDetection):
+            await self._send(Detection(name=action.name).event())
+        elif isinstance(action, state.StartStream):
+            self._stream_ms = 0
+            await self._send(
+                AudioStart(rate=RATE, width=WIDTH, channels=CHANNELS, timestamp=0).event()
+            )
+            prespeech, self._prespeech = self._prespeech, b""
+            if action.with_prespeech:
+                for offset in range(0, len(prespeech), CHUNK_BYTES):
+                    await self._send_mic(prespeech[offset : offset + CHUNK_BYTES])
+        elif isinstance(action, state.StopStream):
+            if action.send_audio_stop:
+                await self._send(AudioStop(timestamp=self._stream_ms).event())
+            _LOGGER.info("Streamed %.2f s of audio", self._stream_ms / 1000)
+        elif isinstance(action, state.SendPlayed):
+            await self._send(Played().event())
+        elif isinstance(action, state.StartPlayback):
+            _LOGGER.info("Playing audio at %s Hz", action.fmt.rate)
+        elif isinstance(action, state.PlayAudio):
+            if self._clock is not None:
+                self._clock.mark_once("tts_first_audio")
+            fmt = action.fmt
+            await self.sink.play(action.audio, fmt.rate, fmt.width, fmt.channels)
+        elif isinstance(action, state.FinishPlayback):
+            self._playback_task = asyncio.create_task(self._drain(action.generation))
+        elif isinstance(action, state.StopPlayback):
+            task = self._playback_task
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+            self._playback_task = None
+            await self.sink.stop()
+        elif isinstance(action, state.PlaySound):
+            self._playback_task = asyncio.create_task(
+                self._play_sound(action.generation, action.name)
+            )
+        elif isinstance(action, state.ResetDetector):
+            self.endpointer.reset()
+            if self.wake is not None:
+                await self.wake.async_reset()
+        elif isinstance(action, state.CloseConnection):
+            conn, self._active = self._active, None
+            if conn is not None:
+                _LOGGER.warning("Closing the connection to %s: %s", conn.peer, action.reason)
+                conn.writer.close()
+        elif isinstance(action, state.Exit):
+            self.stop(action.code)
+
+    async def _drain(self, generation: int) -> None:
+        """Wait until the speaker has really played the reply, then tell the machine."""
+        try:
+            await self.sink.drain()
+        except Exception:
+            _LOGGER.exception("The speaker failed while finishing")
+        async with self._lock:
+            now = time.monotonic()
+            clock = self._clock
+            if clock is not None and generation == self.machine.generation:
+                if self.sink.first_sample_at is not None:
+                    clock.mark_once("first_played", self.sink.first_sample_at)
+                clock.mark("playback_done", now)
+            await self._apply(self.machine.playback_done(now, generation))
+            self._finish_turn()
+
+    async def _play_sound(self, generation: int, name: str) -> None:
+        try:
+            pcm, rate, width, channels = await self._load_sound(name)
+            await self.sink.play(pcm, rate, width, channels)
+            await self.sink.drain()
+        except Exception:
+            _LOGGER.exception("Cannot play the %s sound", name)
+        async with self._lock:
+            await self._apply(self.machine.playback_done(time.monotonic(), generation))
+
+    async def _load_sound(self, name: str) -> tuple[bytes, int, int, int]:
+        if name not in self._sounds:
+            self._sounds[name] = await asyncio.to_thread(_read_wav, self.sound_paths[name])
+        return self._sounds[name]
+
+    # ---- per-turn timing ---------------------------------------------------------------------
+
+    def _start_turn(self) -> None:
+        self._finish_turn(force=True)
+        self._turns += 1
+        self._clock = TurnClock(
+            turn=self._turns, mode="ha", silence_window_ms=self.settings.vad.silence_ms
+        )
+
+    def _finish_turn(self, force: bool = False) -> None:
+        clock = self._clock
+        if clock is None or (self.machine.in_turn and not force):
+            return
+        self._clock = None
+        if clock.stamps["playback_done"] is None:
+            clock.fail(f"turn ended {self.machine.describe()} without a played reply")
+        self.timing.write(clock)
+
+
+def _wake_key(name: str) -> str:
+    return name.strip().lower().replace(" ", "_").replace("-", "_")
+
+
+def _progress(kind: str) -> str | None:
+    for is_type, what in _PROGRESS.items():
+        if is_type(kind):
+            return what
+    return None
+
+
+def _audio_format(data: dict[str, Any], quiet: bool = False) -> state.AudioFormat | None:
+    try:
+        fmt = check_format(data.get("rate"), data.get("width"), data.get("channels"))
+    except AudioFormatError as err:
+        if not quiet:
+            _LOGGER.warning("Ignoring audio in an unusable format: %s", err)
+        return None
+    return state.AudioFormat(fmt.rate, fmt.width, fmt.channels)
+
+
+def _read_wav(path: str) -> tuple[bytes, int, int, int]:
+    with wave.open(path, "rb") as wav:
+        return (
+            wav.readframes(wav.getnframes()),
+            wav.getframerate(),
+            wav.getsampwidth(),
+            wav.getnchannels(),
+        )
+
+
+# ---- entry point ---------------------------------------------------------------------------
+
+
+async def serve_ha_satellite(settings: SatelliteSettings) -> int:
+    from .audio_in import open_source
+    from .audio_out import open_sink
+
+    if not settings.uri:
+        raise ValueError("Home Assistant mode needs --uri")
+    wake = None
+    if settings.wake_word and not settings.remote_wake:
+        from .wake import WakeWord, WakeWordError
+
+        try:
+            wake = await asyncio.to_thread(WakeWord, settings.wake_word)
+        except WakeWordError as err:
+            _LOGGER.error("%s", err)
+            return 2
+    endpointer = Endpointer(settings.vad)
+    satellite = HaSatellite(
+        settings, open_source(settings.mic), open_sink(settings.snd), endpointer, wake
+    )
+    try:
+        server = AsyncServer.from_uri(settings.uri)
+    except ValueError as err:
+        _LOGGER.error("%s", err)
+        return 2
+    if isinstance(server, AsyncStdioServer):
+        _LOGGER.error("Home Assistant connects over the network: use --uri tcp://HOST:PORT")
+        return 2
+    try:
+        await satellite.start(server)
+    except OSError as err:
+        _LOGGER.error("Cannot serve %s: %s", settings.uri, err)
+        return 1
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, satellite.stop)
+    advertiser: Advertiser | None = None
+    try:
+        await endpointer.load()  # after listening: describe is answered meanwhile
+        if settings.zeroconf.enabled and isinstance(server, AsyncTcpServer):
+            port = urlparse(settings.uri).port or 10700
+            advertiser = Advertiser(
+                settings.zeroconf.name or default_name("satellite"),
+                port,
+                settings.zeroconf.host or server.host,
+            )
+            await advertiser.start()
+    except Exception as err:
+        _LOGGER.error("Cannot start the satellite: %s", err)
+        satellite.stop(1)
+    try:
+        return await satellite.wait()
+    finally:
+        if advertiser is not None:
+            with contextlib.suppress(Exception):
+                await advertiser.stop()
+
+
+def run_ha_satellite(settings: SatelliteSettings) -> int:
+    """`wyoming-pivoice satellite --uri …`: runs until the microphone ends or a signal."""
+    return asyncio.run(serve_ha_satellite(settings))

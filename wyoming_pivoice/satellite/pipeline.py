@@ -1,0 +1,409 @@
+"""The standalone satellite, one asyncio pipeline:
+
+    capture → VAD ──events──► Turns ──runs──► Player
+    (Listener)               │  each run: ASR → LLM → phrases → TTS → audio ─┘
+
+- `Listener` reads the microphone, runs the endpointer (and the wake word), and queues
+  endpointing events. It never waits for a reply, so the next utterance is captured
+  while one plays.
+- `Turns` makes turns out of those events: a run starts on `speculate` (before the
+  silence window closes) or on `endpoint`; `speech-resumed` cancels a speculative run
+  (its connections close, the server drops the work) and the turn goes on with all its
+  audio; `endpoint` confirms the run and hands it to the player, in order.
+- a `TurnRun` chains the server stages through queues: the Recognizer's transcript goes
+  to the Responder, whose pieces a PhraseSplitter cuts into phrases for the Synthesizer,
+  whose audio goes to the player — so the first phrase plays while the LLM still writes.
+- `Player` plays confirmed runs one after the other (nothing of a run plays before its
+  endpoint), stops on barge-in, and writes each turn's timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from ..text import PhraseSplitter
+from ..timing import TimingLog, TurnClock
+from .audio_in import AudioSource, open_source
+from .audio_out import AudioSink, open_sink
+from .endpoint import Endpointer, EndpointEvent, EndpointKind
+from .settings import SatelliteSettings
+from .stages import (
+    AudioPiece,
+    Recognizer,
+    Responder,
+    ServerLink,
+    StreamingResponder,
+    StreamingSynthesizer,
+    Synthesizer,
+    WholeResponder,
+    WholeSynthesizer,
+)
+
+_LOGGER = logging.getLogger(__name__)
+
+WAKE_TIMEOUT_S = 8.0  # after a wake word, how long to wait for speech
+
+
+@dataclass
+class Stages:
+    asr: Recognizer
+    responder: Callable[[], Responder]  # one per turn: it keeps that turn's final text
+    tts: Synthesizer
+    min_clause_chars: int
+
+
+def make_stages(settings: SatelliteSettings, link: ServerLink) -> Stages:
+    conversation_id = settings.conversation_id
+    asr = Recognizer(link, settings.language)
+    if settings.pipeline == "sequential":
+        return Stages(
+            asr,
+            lambda: WholeResponder(link, conversation_id),
+            WholeSynthesizer(link),
+            settings.min_clause_chars,
+        )
+    return Stages(
+        asr,
+        lambda: StreamingResponder(link, conversation_id),
+        StreamingSynthesizer(link),
+        settings.min_clause_chars,
+    )
+
+
+# ---- capture → VAD ------------------------------------------------------------------------
+
+
+class Listener:
+    """Microphone → (wake word) → endpointer → events queue. None on the queue: mic ended."""
+
+    def __init__(
+        self,
+        source: AudioSource,
+        endpointer: Endpointer,
+        wake: object | None = None,
+        wake_timeout: float = WAKE_TIMEOUT_S,
+        on_wake: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.source = source
+        self.endpointer = endpointer
+        self.wake = wake
+        self.wake_timeout = wake_timeout
+        self.on_wake = on_wake  # e.g. barge-in: the wake word stops a reply
+        self.chunks = 0
+        self._stopping = False
+        self._awake_until: float | None = None
+
+    def stop(self) -> None:
+        """Stop reading after the current chunk (e.g. --max-turns reached)."""
+        self._stopping = True
+
+    async def run(self, events: asyncio.Queue[EndpointEvent | None]) -> None:
+        await self.endpointer.load()
+        await self.source.open()
+        now = time.monotonic()
+        try:
+            while not self._stopping:
+                chunk = await self.source.read()
+                # When the chunk was captured: now, unless the source knows better.
+                now = getattr(self.source, "chunk_time", None) or time.monotonic()
+                if chunk is None:
+                    _LOGGER.info("Microphone stream ended")
+                    break
+                self.chunks += 1
+                if self.wake is not None and not await self._awake(chunk, now):
+                    continue
+                for event in await self.endpointer.feed(chunk, now):
+                    events.put_nowait(event)
+                    if event.kind is EndpointKind.ENDPOINT and self.wake is not None:
+                        self._awake_until = None  # one wake word, one turn
+            for event in self.endpointer.flush(now):
+                events.put_nowait(event)
+        finally:
+            with contextlib.suppress(Exception):
+                await self.source.close()
+            events.put_nowait(None)
+
+    async def _awake(self, chunk: bytes, now: float) -> bool:
+        wake = self.wake
+        if self._awake_until is not None:
+            if now < self._awake_until or self.endpointer.in_speech:
+                return True
+            _LOGGER.info("No speech after the wake word; listening for it again")
+            self._awake_until = None
+        if await wake.async_detect(chunk):  # type: ignore[attr-defined]
+            _LOGGER.info("Wake word %r detected", wake.phrase)  # type: ignore[attr-defined]
+            await wake.async_reset()  # type: ignore[attr-defined]
+            self.endpointer.reset()  # the wake word itself is not part of the request
+            self._awake_until = now + self.wake_timeout
+            if self.on_wake is not None:
+                await self.on_wake()
+        return False
+
+
+# ---- one turn: ASR → LLM → phrases → TTS → audio -------------------------------------------
+
+
+class TurnRun:
+    """The server side of one turn, started at once; its audio waits in `audio` for the player."""
+
+    def __init__(self, clock: TurnClock, utterance: bytes, stages: Stages) -> None:
+        self.clock = clock
+        self.utterance = utterance
+        self.stages = stages
+        self.audio: asyncio.Queue[AudioPiece | None] = asyncio.Queue()
+        self.llm_finished = False
+        self.task = asyncio.create_task(self._run(), name=f"turn {clock.turn}")
+
+    async def _run(self) -> None:
+        clock, stages = self.clock, self.stages
+        tts: asyncio.Task[None] | None = None
+        try:
+            text = await stages.asr.transcribe(self.utterance, clock)
+            clock.transcript = text
+            if not text:
+                clock.fail("no speech recognized")
+                return
+            phrases: asyncio.Queue[str | None] = asyncio.Queue()
+            # TTS connects now, in parallel with the LLM, so the first phrase goes out at once.
+            tts = asyncio.create_task(stages.tts.speak(phrases, self.audio, clock))
+            splitter = PhraseSplitter(stages.min_clause_chars)
+            responder = stages.responder()
+            pieces: list[str] = []
+            async for piece in responder.respond(text, clock):
+                pieces.append(piece)
+                for phrase in splitter.feed(piece):
+                    phrases.put_nowait(phrase)
+            self.llm_finished = True
+            rest = splitter.flush()
+            if rest:
+                phrases.put_nowait(rest)
+            phrases.put_nowait(None)
+            clock.reply = responder.final_text or "".join(pieces).strip()  # type: ignore[attr-defined]
+            await tts
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            clock.fail(str(err))
+            _LOGGER.warning("Turn %d failed: %s", clock.turn, err)
+        finally:
+            if tts is not None and not tts.done():
+                tts.cancel()
+                with contextlib.suppress(BaseException):
+                    await tts
+            self.audio.put_nowait(None)
+
+    async def cancel(self) -> None:
+        """Abandon the run: its tasks stop and its connections close (the server drops the work)."""
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+# ---- events → turns -----------------------------------------------------------------------
+
+
+class Turns:
+    """Endpointing events → turn runs for the player, with speculation and barge-in."""
+
+    def __init__(
+        self,
+        settings: SatelliteSettings,
+        stages: Stages,
+        player: Player,
+        on_last_turn: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.stages = stages
+        self.player = player
+        self.on_last_turn = on_last_turn
+        self.count = 0
+        self._speech_start: float | None = None
+        self._speculation: TurnRun | None = None
+        self._cancelled = 0
+
+    def _clock(self) -> TurnClock:
+        vad = self.settings.vad
+        clock = TurnClock(self.count, self.settings.pipeline, vad.silence_ms, vad.speculate_ms)
+        if self._speech_start is not None:
+            clock.mark("speech_start", self._speech_start)
+        return clock
+
+    async def run(
+        self, events: asyncio.Queue[EndpointEvent | None], runs: asyncio.Queue[TurnRun | None]
+    ) -> None:
+        try:
+            while (event := await events.get()) is not None:
+                await self._handle(event, runs)
+        finally:
+            if self._speculation is not None:
+                await self._speculation.cancel()
+            runs.put_nowait(None)
+
+    async def _handle(self, event: EndpointEvent, runs: asyncio.Queue[TurnRun | None]) -> None:
+        if event.kind is EndpointKind.SPEECH_STARTED:
+            self.count += 1
+            self._speech_start = event.speech_start
+            self._cancelled = 0
+            _LOGGER.debug("Turn %d: speech started", self.count)
+            if self.settings.barge_in and self.player.playing:
+                await self.player.interrupt()
+        elif event.kind is EndpointKind.SPECULATE:
+            clock = self._clock()
+            clock.mark("speculation_start", event.time)
+            self._speculation = TurnRun(clock, event.audio, self.stages)
+            _LOGGER.debug("Turn %d: speculating on %.2f s of audio", self.count, event.seconds)
+        elif event.kind is EndpointKind.SPEECH_RESUMED:
+            if self._speculation is not None:
+                if self._speculation.llm_finished:
+                    _LOGGER.warning(
+                        "Speech resumed after a speculative reply was complete; "
+                        "the server may keep it in the conversation history"
+                    )
+                await self._speculation.cancel()
+                self._speculation = None
+                self._cancelled += 1
+                _LOGGER.debug("Turn %d: speech resumed, speculation cancelled", self.count)
+        elif event.kind is EndpointKind.ENDPOINT:
+            run = self._speculation
+            self._speculation = None
+            if run is None:
+                run = TurnRun(self._clock(), event.audio, self.stages)
+            else:
+                run.clock.speculation_used = True
+            clock = run.clock
+            clock.mark("last_voiced", event.last_voiced)
+            clock.mark("endpoint", event.time)
+            clock.speculation_cancelled = self._cancelled
+            _LOGGER.debug(
+                "Turn %d: endpoint after %.2f s of audio%s",
+                self.count,
+                event.seconds,
+                " (speculation used)" if clock.speculation_used else "",
+            )
+            runs.put_nowait(run)
+            self._speech_start = None
+            if self.settings.max_turns and self.count >= self.settings.max_turns:
+                self.on_last_turn()
+
+
+# ---- playback -------------------------------------------------------------------------------
+
+
+class Player:
+    """Plays confirmed runs in order; a barge-in stops the one playing."""
+
+    def __init__(self, sink: AudioSink, timing: TimingLog) -> None:
+        self.sink = sink
+        self.timing = timing
+        self.playing = False
+        self.turns = 0
+        self._current: TurnRun | None = None
+        self._interrupted = False
+
+    async def run(self, runs: asyncio.Queue[TurnRun | None]) -> None:
+        while (run := await runs.get()) is not None:
+            await self._play(run)
+            self.timing.write(run.clock)
+            self.turns += 1
+
+    async def _play(self, run: TurnRun) -> None:
+        self._current, self._interrupted = run, False
+        clock = run.clock
+        played = False
+        try:
+            while (piece := await run.audio.get()) is not None and not self._interrupted:
+                if not played:
+                    played = self.playing = True
+                await self.sink.play(piece.pcm, piece.rate, piece.width, piece.channels)
+            if played and not self._interrupted:
+                await self.sink.drain()
+            await asyncio.wait({run.task})
+        finally:
+            self.playing = False
+            self._current = None
+        if played:
+            if self.sink.first_sample_at is not None:
+                clock.mark("first_played", self.sink.first_sample_at)
+            clock.mark("playback_done")
+        if self._interrupted:
+            clock.interrupted = True
+
+    async def interrupt(self) -> None:
+        """Barge-in: stop the reply now and abandon the rest of its turn."""
+        run = self._current
+        if run is None or not self.playing:
+            return
+        _LOGGER.info("Barge-in: stopping the reply of turn %d", run.clock.turn)
+        self._interrupted = True
+        await self.sink.stop()
+        self.playing = False
+        await run.cancel()
+
+
+# ---- the whole satellite ---------------------------------------------------------------------
+
+
+class Satellite:
+    def __init__(
+        self,
+        settings: SatelliteSettings,
+        source: AudioSource | None = None,
+        sink: AudioSink | None = None,
+    ) -> None:
+        if settings.pipeline == "sequential" and settings.vad.speculate_ms:
+            # The sequential pipeline is the baseline: no speculation either.
+            settings = replace(settings, vad=replace(settings.vad, speculate_ms=0))
+        if not settings.server:
+            raise ValueError("standalone mode needs --server tcp://HOST:PORT")
+        self.settings = settings
+        self.source = source or open_source(settings.mic)
+        self.sink = sink or open_sink(settings.snd)
+        self.link = ServerLink(settings.server, retry_seconds=settings.server_retry_s)
+        self.endpointer = Endpointer(settings.vad)
+        self.wake = None
+        if settings.wake_word:
+            from .wake import WakeWord
+
+            self.wake = WakeWord(settings.wake_word)
+        self.timing = TimingLog(settings.timing_log)
+        self.player = Player(self.sink, self.timing)
+        # With a wake word, speech reaches the endpointer only after it: the word itself barges in.
+        on_wake = self.player.interrupt if settings.barge_in else None
+        self.listener = Listener(self.source, self.endpointer, self.wake, on_wake=on_wake)
+        if settings.awake_wav or settings.done_wav:
+            _LOGGER.warning("--awake-wav/--done-wav are played in Home Assistant mode only")
+        self.turns = Turns(
+            settings, make_stages(settings, self.link), self.player, self.listener.stop
+        )
+
+    async def run(self) -> int:
+        """Run until the microphone ends (or --max-turns); returns the number of turns."""
+        events: asyncio.Queue[EndpointEvent | None] = asyncio.Queue()
+        runs: asyncio.Queue[TurnRun | None] = asyncio.Queue()
+        tasks = [
+            asyncio.create_task(self.listener.run(events), name="listener"),
+            asyncio.create_task(self.turns.run(events, runs), name="turns"),
+            asyncio.create_task(self.player.run(runs), name="player"),
+        ]
+        _LOGGER.info(
+            "Satellite running (%s pipeline, server %s)",
+            self.settings.pipeline,
+            self.settings.server,
+        )
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.sink.close()
+            self.endpointer.close()
+            if self.wake is not None:
+                self.wake.close()
+            self.timing.close()
+        return self.player.turns

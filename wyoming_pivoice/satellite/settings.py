@@ -1,0 +1,66 @@
+"""Typed settings of `wyoming-pivoice satellite` (argparse stays in cli.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..settings import ZeroconfSettings
+
+DEFAULT_HA_PORT = 10700
+
+
+@dataclass(frozen=True)
+class MicSettings:
+    device: str | None = None  # PortAudio device index or part of its name; None: default
+    command: str | None = None  # raw s16le 16 kHz mono on stdout
+    wav: str | None = None
+    stdin: bool = False
+    # auto: a WAV plays at real time, a command/stdin may not run ahead of real time by
+    # more than 250 ms (a file is paced, a live mic never delayed); realtime; none.
+    pace: str = "auto"
+
+
+@dataclass(frozen=True)
+class SndSettings:
+    device: str | None = None
+    command: str | None = None  # raw PCM on stdin; {rate} {channels} {width} {bits} substituted
+    wav: str | None = None
+    realtime: bool = False  # pace the WAV/null sink like a speaker
+
+
+@dataclass(frozen=True)
+class VadSettings:
+    threshold: float = 0.5
+    silence_ms: int = 300  # the silence window that ends an utterance
+    prespeech_ms: int = 300  # audio kept from before the speech started
+    min_speech_ms: int = 150  # shorter blips never start an utterance
+    # Start ASR (and the LLM) after this much silence; 0: off. 120 ms is 4 frames (128 ms):
+    # with the 300 ms window (10 frames) the turn starts 192 ms sooner.
+    speculate_ms: int = 120
+    pad_ms: int = 100  # silence kept after the last voiced frame
+    max_speech_s: float = 20.0  # an utterance this long is ended anyway
+
+
+@dataclass(frozen=True)
+class SatelliteSettings:
+    server: str | None = None  # standalone: the pivoice server, tcp://HOST:PORT
+    server_retry_s: float = 10.0  # a request waits this long for an unreachable server
+    uri: str | None = None  # Home Assistant mode: serve the satellite protocol here
+    mic: MicSettings = field(default_factory=MicSettings)
+    snd: SndSettings = field(default_factory=SndSettings)
+    vad: VadSettings = field(default_factory=VadSettings)
+    pipeline: str = "streaming"  # streaming | sequential
+    timing_log: str | None = None
+    barge_in: bool = True
+    max_turns: int | None = None
+    conversation_id: str | None = None
+    language: str | None = "en"
+    min_clause_chars: int = 24  # first-phrase TTS: cut at a clause once it is this long
+    # Home Assistant mode
+    name: str | None = None
+    area: str | None = None
+    zeroconf: ZeroconfSettings = field(default_factory=ZeroconfSettings)
+    wake_word: str | None = None  # a local wake word; None: VAD alone starts a turn
+    remote_wake: bool = False  # HA mode: stream all audio and let Home Assistant find the wake word
+    awake_wav: str | None = None
+    done_wav: str | None = None

@@ -1,0 +1,320 @@
+"""The server-facing stages of a turn: ASR, LLM and TTS, each a small class.
+
+Each request gets its own connection to the pivoice server: the server works through
+one connection's requests in order, so separate connections let the LLM and TTS run
+side by side, and closing a connection cancels its work there (how a speculative turn
+is abandoned). `streaming` and `sequential` variants share one interface, so the
+pipeline does not care which it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from wyoming.asr import Transcribe, Transcript
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncClient
+from wyoming.error import Error
+from wyoming.event import Event
+from wyoming.handle import Handled, HandledChunk, HandledStop, NotHandled
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+)
+
+from ..timing import TurnClock
+from .audio_in import Backoff
+
+_LOGGER = logging.getLogger(__name__)
+
+ASR_CHUNK_BYTES = 32000  # 1 s of 16 kHz mono s16le per audio-chunk event
+
+
+class ServerError(RuntimeError):
+    """The server refused a request, vanished, or cannot be reached."""
+
+
+@dataclass(frozen=True)
+class AudioPiece:
+    pcm: bytes
+    rate: int
+    width: int
+    channels: int
+
+
+class ServerLink:
+    """Opens connections to the pivoice server, retrying with backoff while it is down.
+
+    A request that cannot connect within `retry_seconds` fails (its turn reports the
+    error); the next request tries again, so a restarted server is picked up.
+    """
+
+    def __init__(self, uri: str, retry_seconds: float = 10.0, read_timeout: float = 120.0) -> None:
+        self.uri = uri
+        self.retry_seconds = retry_seconds
+        self.read_timeout = read_timeout
+        self._backoff = Backoff(first=0.25, maximum=5.0)
+        self._down_since: float | None = None
+
+    @contextlib.asynccontextmanager
+    async def connect(self, what: str) -> AsyncIterator[Connection]:
+        """A connection for one request (`what` names it in errors); closed on leaving."""
+        client = await self._connect()
+        try:
+            yield Connection(client, what)
+        finally:
+            with contextlib.suppress(Exception):
+                await client.disconnect()
+
+    async def _connect(self) -> AsyncClient:
+        deadline = time.monotonic() + self.retry_seconds
+        while True:
+            client = AsyncClient.from_uri(
+                self.uri, connect_timeout=5.0, read_timeout=self.read_timeout
+            )
+            try:
+                await client.connect()
+            except (OSError, asyncio.TimeoutError) as err:
+                if self._down_since is None:
+                    self._down_since = time.monotonic()
+                    _LOGGER.warning("Server %s unreachable (%s); retrying", self.uri, err)
+                if time.monotonic() + self._backoff.delay > deadline:
+                    raise ServerError(f"server {self.uri} unreachable: {err}") from err
+                await self._backoff.wait()
+                continue
+            if self._down_since is not None:
+                _LOGGER.info(
+                    "Server %s reachable again after %.1f s",
+                    self.uri,
+                    time.monotonic() - self._down_since,
+                )
+                self._down_since = None
+            self._backoff.reset()
+            return client
+
+
+class Connection:
+    """One request's connection: transport failures and `error` events become ServerError."""
+
+    def __init__(self, client: AsyncClient, what: str) -> None:
+        self.client = client
+        self.what = what
+
+    async def send(self, *events: Event) -> None:
+        try:
+            for event in events:
+                await self.client.write_event(event)
+        except (OSError, RuntimeError) as err:
+            raise ServerError(f"connection lost during {self.what}: {err}") from err
+
+    async def receive(self) -> Event:
+        what = self.what
+        try:
+            event = await self.client.read_event()
+        except asyncio.TimeoutError:
+            raise ServerError(f"no answer from the server during {what}") from None
+        except (OSError, asyncio.IncompleteReadError) as err:
+            raise ServerError(f"connection lost during {what}: {err}") from err
+        if event is None:
+            raise ServerError(f"the server closed the connection during {what}")
+        if Error.is_type(event.type):
+            error = Error.from_event(event)
+            raise ServerError(f"server error during {what}: {error.text} ({error.code})")
+        return event
+
+
+# ---- ASR ------------------------------------------------------------------------------------
+
+
+class Recognizer:
+    """Speech → text: transcribe, audio-start, audio-chunk…, audio-stop → transcript."""
+
+    def __init__(self, link: ServerLink, language: str | None = None) -> None:
+        self.link = link
+        self.language = language
+
+    async def transcribe(self, audio: bytes, clock: TurnClock) -> str:
+        async with self.link.connect("transcription") as conn:
+            await conn.send(Transcribe(language=self.language).event())
+            await conn.send(AudioStart(rate=16000, width=2, channels=1).event())
+            for offset in range(0, len(audio), ASR_CHUNK_BYTES):
+                await conn.send(
+                    AudioChunk(
+                        rate=16000,
+                        width=2,
+                        channels=1,
+                        audio=audio[offset : offset + ASR_CHUNK_BYTES],
+                    ).event()
+                )
+            await conn.send(AudioStop().event())
+            while True:
+                event = await conn.receive()
+                if Transcript.is_type(event.type):
+                    clock.mark("transcript")
+                    return Transcript.from_event(event).text.strip()
+
+
+# ---- LLM ------------------------------------------------------------------------------------
+
+
+class Responder(Protocol):
+    async def respond(self, text: str, clock: TurnClock) -> AsyncIterator[str]:
+        """The reply, as pieces of text."""
+        ...
+
+
+class _Conversation:
+    def __init__(self, link: ServerLink, conversation_id: str | None) -> None:
+        self.link = link
+        self.conversation_id = conversation_id
+        self.final_text: str | None = None  # the server's whole reply (`handled`)
+
+    def _request(self, text: str) -> Event:
+        context = {"conversation_id": self.conversation_id} if self.conversation_id else None
+        return Transcript(text=text, context=context).event()
+
+
+class StreamingResponder(_Conversation):
+    """Yields the LLM's handled-chunk pieces as they are generated."""
+
+    async def respond(self, text: str, clock: TurnClock) -> AsyncIterator[str]:
+        self.final_text = None
+        async with self.link.connect("conversation") as conn:
+            await conn.send(self._request(text))
+            while True:
+                event = await conn.receive()
+                if HandledChunk.is_type(event.type):
+                    piece = HandledChunk.from_event(event).text
+                    if piece:
+                        clock.mark_once("llm_first_token")
+                        yield piece
+                elif Handled.is_type(event.type) or NotHandled.is_type(event.type):
+                    self.final_text = (event.data.get("text") or "").strip()
+                elif HandledStop.is_type(event.type):
+                    clock.mark("llm_done")
+                    return
+
+
+class WholeResponder(_Conversation):
+    """Waits for the whole reply (only the final `handled`), as a non-streaming pipeline does."""
+
+    async def respond(self, text: str, clock: TurnClock) -> AsyncIterator[str]:
+        self.final_text = None
+        async with self.link.connect("conversation") as conn:
+            await conn.send(self._request(text))
+            while True:
+                event = await conn.receive()
+                if Handled.is_type(event.type) or NotHandled.is_type(event.type):
+                    reply = (event.data.get("text") or "").strip()
+                    self.final_text = reply
+                    now = clock.mark("llm_done")
+                    clock.mark_once("llm_first_token", now)
+                    if reply:
+                        yield reply
+                    return
+
+
+# ---- TTS ------------------------------------------------------------------------------------
+
+
+class Synthesizer(Protocol):
+    async def speak(
+        self,
+        phrases: asyncio.Queue[str | None],
+        audio: asyncio.Queue[AudioPiece | None],
+        clock: TurnClock,
+    ) -> None:
+        """Turn phrases (None ends them) into audio pieces (None ends them)."""
+        ...
+
+
+async def _read_audio(
+    conn: Connection,
+    audio: asyncio.Queue[AudioPiece | None],
+    clock: TurnClock,
+    until: str,
+) -> None:
+    """Forward audio-chunks to `audio` until an event of type `until`."""
+    while True:
+        event = await conn.receive()
+        if AudioChunk.is_type(event.type):
+            chunk = AudioChunk.from_event(event)
+            if chunk.audio:
+                clock.mark_once("tts_first_audio")
+                audio.put_nowait(AudioPiece(chunk.audio, chunk.rate, chunk.width, chunk.channels))
+        elif event.type == until:
+            return
+
+
+class StreamingSynthesizer:
+    """Streaming synthesis on its own connection, opened at once: each phrase goes out as
+    a synthesize-chunk the moment the LLM completes it, and audio comes back per sentence."""
+
+    def __init__(self, link: ServerLink) -> None:
+        self.link = link
+
+    async def speak(
+        self,
+        phrases: asyncio.Queue[str | None],
+        audio: asyncio.Queue[AudioPiece | None],
+        clock: TurnClock,
+    ) -> None:
+        try:
+            async with self.link.connect("synthesis") as conn:
+                await conn.send(SynthesizeStart().event())
+                reader = asyncio.create_task(
+                    _read_audio(conn, audio, clock, SynthesizeStopped().event().type)
+                )
+                try:
+                    spoken: list[str] = []
+                    while (phrase := await phrases.get()) is not None:
+                        clock.mark_once("tts_request")
+                        spoken.append(phrase)
+                        # The trailing space lets the server cut the phrase at once.
+                        await conn.send(SynthesizeChunk(text=phrase + " ").event())
+                    # The whole text again, for servers that only know `synthesize`.
+                    await conn.send(Synthesize(text=" ".join(spoken)).event())
+                    await conn.send(SynthesizeStop().event())
+                    await reader
+                finally:
+                    reader.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, ServerError):
+                        await reader
+        finally:
+            audio.put_nowait(None)
+
+
+class WholeSynthesizer:
+    """One plain `synthesize` of the whole reply once it is complete."""
+
+    def __init__(self, link: ServerLink) -> None:
+        self.link = link
+
+    async def speak(
+        self,
+        phrases: asyncio.Queue[str | None],
+        audio: asyncio.Queue[AudioPiece | None],
+        clock: TurnClock,
+    ) -> None:
+        try:
+            texts: list[str] = []
+            while (phrase := await phrases.get()) is not None:
+                texts.append(phrase)
+            text = " ".join(texts).strip()
+            if not text:
+                return
+            async with self.link.connect("synthesis") as conn:
+                clock.mark("tts_request")
+                await conn.send(Synthesize(text=text).event())
+                await _read_audio(conn, audio, clock, AudioStop().event().type)
+        finally:
+            audio.put_nowait(None)

@@ -1,0 +1,565 @@
+"""The Home Assistant satellite as an explicit state machine, with no I/O in it.
+
+Everything that happens (HA's events, our VAD/wake word, the speaker finishing, the
+clock) is an input method; each returns the actions the I/O layer must carry out.
+Time is passed in, never read, so tests can walk through every transition without
+sleeping. Every state that waits for somebody else has a deadline checked by
+`tick`, so a lost event (a `transcript` that never comes, a speaker that never
+reports the end) returns the satellite to listening instead of leaving it stuck.
+
+Two things run side by side:
+- the *phase* of the conversation turn: DISCONNECTED → PAUSED → LISTENING →
+  STREAMING (mic audio goes to HA) → WAITING (HA thinks) → RESPONDING (reply plays)
+  → LISTENING;
+- the *playback*: IDLE, RECEIVING (audio-start seen, chunks arriving) or DRAINING
+  (audio-stop seen, the speaker is finishing). Announcements and timer sounds play
+  in any phase; each playback has a generation number so a late "done" from an
+  interrupted playback is recognised and ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import Enum
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class Phase(str, Enum):
+    DISCONNECTED = "disconnected"  # no Home Assistant connection
+    PAUSED = "paused"  # connected; waiting for run-satellite (or paused by HA)
+    LISTENING = "listening"  # waiting for a wake word / speech to start a run
+    STREAMING = "streaming"  # run-pipeline sent; mic audio goes up
+    WAITING = "waiting"  # speech ended; waiting for HA's transcript / reply
+    RESPONDING = "responding"  # HA's reply audio is playing
+
+
+class Playback(str, Enum):
+    IDLE = "idle"
+    RECEIVING = "receiving"  # audio-start seen, chunks are arriving
+    DRAINING = "draining"  # audio-stop seen (or a sound queued); waiting for the speaker
+
+
+class Kind(str, Enum):
+    REPLY = "reply"  # audio from HA (a reply or an announcement): `played` when done
+    SOUND = "sound"  # a local sound (awake/done/timer): no `played`
+
+
+@dataclass(frozen=True)
+class AudioFormat:
+    rate: int
+    width: int
+    channels: int
+
+    @property
+    def bytes_per_second(self) -> int:
+        return self.rate * self.width * self.channels
+
+
+# ---- actions (what the I/O layer must do) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SendRunPipeline:
+    start_stage: str
+    end_stage: str = "tts"
+    wake_word_name: str | None = None
+    announce_text: str | None = None
+
+
+@dataclass(frozen=True)
+class SendDetection:
+    name: str
+
+
+@dataclass(frozen=True)
+class StartStream:
+    """Send audio-start, then the pre-speech audio, then every mic chunk while `streaming`."""
+
+    with_prespeech: bool = True
+
+
+@dataclass(frozen=True)
+class StopStream:
+    send_audio_stop: bool
+
+
+@dataclass(frozen=True)
+class SendPlayed:
+    pass
+
+
+@dataclass(frozen=True)
+class StartPlayback:
+    generation: int
+    fmt: AudioFormat
+
+
+@dataclass(frozen=True)
+class PlayAudio:
+    generation: int
+    audio: bytes
+    fmt: AudioFormat
+
+
+@dataclass(frozen=True)
+class FinishPlayback:
+    """Play what is queued, wait until the speaker has really played it, then report
+    `playback_done(generation)`."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class StopPlayback:
+    """Drop the queued audio and silence the speaker now."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class PlaySound:
+    """Play a local sound as playback `generation`, then report `playback_done`."""
+
+    generation: int
+    name: str  # "awake", "done", "timer"
+
+
+@dataclass(frozen=True)
+class ResetDetector:
+    """Forget VAD/wake state (after our own playback, after a run ends)."""
+
+
+@dataclass(frozen=True)
+class CloseConnection:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Exit:
+    code: int = 0
+
+
+Action = (
+    SendRunPipeline
+    | SendDetection
+    | StartStream
+    | StopStream
+    | SendPlayed
+    | StartPlayback
+    | PlayAudio
+    | FinishPlayback
+    | StopPlayback
+    | PlaySound
+    | ResetDetector
+    | CloseConnection
+    | Exit
+)
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds; each is the longest we wait for somebody else before giving up."""
+
+    max_stream: float = 20.0  # one utterance streamed with no endpoint (local trigger)
+    response: float = 30.0  # after speech ended, with no sign of life from HA's pipeline
+    audio_gap: float = 30.0  # between reply chunks (HA has no back-pressure, but may stall)
+    drain_extra: float = 10.0  # beyond the audio's own length for the speaker to finish
+    error_retry: float = 2.0  # remote wake: before re-running a pipeline that failed
+    ha_silence: float = 15.0  # HA pings every ~2 s; silence this long means it is gone
+    sound: float = 15.0  # a local sound (awake/done/timer) is short
+    no_speech: float = 8.0  # after a wake word (or a remote trigger) with no command spoken
+
+
+class SatelliteMachine:
+    """The satellite's whole protocol state. Not thread-safe; call from one event loop."""
+
+    def __init__(
+        self,
+        *,
+        remote_wake: bool = False,
+        sounds: frozenset[str] = frozenset(),
+        timeouts: Timeouts | None = None,
+    ) -> None:
+        self.remote_wake = remote_wake
+        self.sounds = sounds  # local sounds that are configured ("awake", "done", "timer")
+        self.timeouts = timeouts or Timeouts()
+        self.phase = Phase.DISCONNECTED
+        self.playback = Playback.IDLE
+        self.kind = Kind.REPLY
+        self.generation = 0
+        self.stage: str | None = None  # start stage of the run being streamed
+        self.ending = False  # the microphone ended: finish the turn in flight, then exit
+        self.exited = False
+        self._deadline: float | None = None  # for the phase
+        self._playback_deadline: float | None = None
+        self._retry_at: float | None = None  # remote wake: re-run after an error
+        self._fmt: AudioFormat | None = None
+        self._received_seconds = 0.0
+        self._ha_progress = False  # HA reported progress for the run being streamed
+        self._speech_seen = False  # our VAD heard the command start in this stream
+        self._speech_deadline: float | None = None
+        self._last_heard: float | None = None
+        self._pinged = False  # HA pings us, so silence means it is gone
+
+    # ---- properties the I/O layer reads on every mic chunk --------------------------------
+
+    @property
+    def streaming(self) -> bool:
+        return self.phase is Phase.STREAMING
+
+    @property
+    def accepts_trigger(self) -> bool:
+        """Local wake/VAD may start a run: listening, and not hearing our own speaker."""
+        return (
+            self.phase is Phase.LISTENING
+            and not self.remote_wake
+            and self.playback is Playback.IDLE
+            and not self.ending
+        )
+
+    @property
+    def in_turn(self) -> bool:
+        """A conversation turn is under way (for the per-turn clock)."""
+        if self.phase is Phase.STREAMING:
+            return self.stage == "asr" or self._ha_progress
+        return self.phase in (Phase.WAITING, Phase.RESPONDING)
+
+    @property
+    def connected(self) -> bool:
+        return self.phase is not Phase.DISCONNECTED
+
+    def describe(self) -> str:
+        return f"{self.phase.value}/{self.playback.value}"
+
+    # ---- connection -----------------------------------------------------------------------
+
+    def connect(self, now: float) -> list[Action]:
+        """A Home Assistant connection became the active one."""
+        self._last_heard = now
+        self._pinged = False
+        if self.phase is Phase.DISCONNECTED:
+            self._set_phase(Phase.PAUSED)
+        return self._maybe_exit()
+
+    def disconnect(self, now: float) -> list[Action]:
+        """The active connection is gone: stop everything, back to idle."""
+        actions: list[Action] = []
+        if self.phase is Phase.STREAMING:
+            actions.append(StopStream(send_audio_stop=False))
+        if self.playback is not Playback.IDLE:
+            actions.append(StopPlayback(self.generation))
+            self._playback_idle()
+        if self.phase is not Phase.DISCONNECTED:
+            actions.append(ResetDetector())
+        self._set_phase(Phase.DISCONNECTED)
+        self._pinged = False
+        return actions + self._maybe_exit()
+
+    def heard(self, now: float, ping: bool = False) -> None:
+        """Any event from the active connection (a ping says HA will keep pinging)."""
+        self._last_heard = now
+        self._pinged = self._pinged or ping
+
+    def run_satellite(self, now: float) -> list[Action]:
+        if self.phase is Phase.PAUSED:
+            return self._listen(now)
+        return []  # already running (HA sends it once per connection): nothing to redo
+
+    def pause_satellite(self, now: float) -> list[Action]:
+        """Stop streaming and any run; a reply already playing may finish (and gets `played`)."""
+        actions: list[Action] = []
+        if self.phase is Phase.DISCONNECTED:
+            return actions
+        if self.phase is Phase.STREAMING:
+            actions.append(StopStream(send_audio_stop=False))
+        if self.phase is not Phase.PAUSED:
+            actions.append(ResetDetector())
+        self._set_phase(Phase.PAUSED)
+        self._retry_at = None
+        return actions + self._maybe_exit()
+
+    # ---- starting and ending a run --------------------------------------------------------
+
+    def trigger(self, now: float, wake_word: str | None = None) -> list[Action]:
+        """Our wake word fired (wake_word=name) or VAD heard speech start (None).
+
+        After VAD the command is already being spoken (its start goes up as pre-speech);
+        after a wake word the command is still to come, so the endpoint only counts once
+        VAD has heard it start, and a wake word followed by nothing ends the run.
+        """
+        if not self.accepts_trigger:
+            return []
+        if wake_word is None:
+            actions: list[Action] = [SendRunPipeline("asr", "tts")]
+            actions += self._start_stream(now, "asr", with_prespeech=True)
+            self._speech_seen, self._speech_deadline = True, None
+            return actions
+        actions = [
+            SendDetection(wake_word),
+            SendRunPipeline("asr", "tts", wake_word_name=wake_word),
+        ]
+        actions += self._start_stream(now, "asr", with_prespeech=False)
+        actions.append(ResetDetector())  # VAD starts afresh on the command
+        if "awake" in self.sounds:
+            actions += self._start_sound(now, "awake")
+        return actions
+
+    def speech_started(self, now: float) -> list[Action]:
+        """VAD heard speech start while we stream (the command after a wake word)."""
+        if self.phase is Phase.STREAMING and self.stage == "asr":
+            self._speech_seen = True
+            self._speech_deadline = None
+        return []
+
+    def remote_run_pipeline(
+        self, now: float, start_stage: str, end_stage: str, announce_text: str | None = None
+    ) -> list[Action]:
+        """HA (or another server) asks us to run a pipeline (`supports_trigger`)."""
+        actions: list[Action] = []
+        idle_wake_stream = (
+            self.phase is Phase.STREAMING and self.stage == "wake" and not self._ha_progress
+        )
+        if idle_wake_stream:  # remote wake, nobody speaking yet: end that run first
+            actions.append(StopStream(send_audio_stop=True))
+            self._set_phase(Phase.LISTENING)
+        elif self.phase is not Phase.LISTENING or self.ending:
+            _LOGGER.info("Ignoring a remote run-pipeline while %s", self.describe())
+            return []
+        actions.append(SendRunPipeline(start_stage, end_stage, announce_text=announce_text))
+        if start_stage in ("wake", "asr"):
+            actions += self._start_stream(now, start_stage, with_prespeech=False)
+        else:  # nothing to stream: HA goes straight to the reply
+            self._set_phase(Phase.WAITING, now + self.timeouts.response)
+            self.stage = start_stage
+        return actions
+
+    def endpoint(self, now: float) -> list[Action]:
+        """Our VAD declared the end of the utterance (has_vad=True): stop the stream."""
+        if self.phase is not Phase.STREAMING or self.stage != "asr" or not self._speech_seen:
+            return []
+        return self._end_stream(now, send_audio_stop=True)
+
+    def mic_ended(self, now: float) -> list[Action]:
+        """The microphone (file/command) ended: finish the turn in flight, then exit."""
+        self.ending = True
+        actions: list[Action] = []
+        if self.phase is Phase.STREAMING:
+            if self.stage == "asr" or self._ha_progress:
+                actions += self._end_stream(now, send_audio_stop=True)
+            else:  # remote wake with no wake word heard yet: nothing in flight
+                actions.append(StopStream(send_audio_stop=True))
+                self._set_phase(Phase.LISTENING)
+        self._retry_at = None
+        return actions + self._maybe_exit()
+
+    # ---- HA's pipeline events -------------------------------------------------------------
+
+    def progress(self, now: float, what: str) -> list[Action]:
+        """transcribe / voice-started / voice-stopped / detect / detection / synthesize:
+        HA's pipeline is alive, so its deadline moves."""
+        if self.phase is Phase.STREAMING and what in ("detection", "transcribe", "voice-started"):
+            self._ha_progress = True
+        if self.phase is Phase.WAITING:
+            self._deadline = now + self.timeouts.response
+        return []
+
+    def transcript(self, now: float) -> list[Action]:
+        """Speech-to-text is done: stop streaming (HA ended the audio itself)."""
+        actions: list[Action] = []
+        if self.phase is Phase.STREAMING:
+            actions += self._end_stream(now, send_audio_stop=False)
+        elif self.phase is Phase.WAITING:
+            self._deadline = now + self.timeouts.response
+        else:
+            return []
+        if "done" in self.sounds and self.playback is Playback.IDLE:
+            actions += self._start_sound(now, "done")
+        return actions
+
+    def error(self, now: float) -> list[Action]:
+        """HA's pipeline failed: stop streaming, back to listening."""
+        if self.phase not in (Phase.STREAMING, Phase.WAITING):
+            return []
+        actions: list[Action] = []
+        if self.phase is Phase.STREAMING:
+            actions.append(StopStream(send_audio_stop=False))
+        if self.remote_wake and not self.ending:
+            # Not at once: a pipeline that fails at start would loop tightly.
+            self._set_phase(Phase.LISTENING)
+            self._retry_at = now + self.timeouts.error_retry
+            return [*actions, ResetDetector()]
+        return actions + self._listen(now)
+
+    # ---- reply audio from HA --------------------------------------------------------------
+
+    def audio_start(self, now: float, fmt: AudioFormat) -> list[Action]:
+        """A reply or announcement starts; during another one it means an interruption."""
+        actions: list[Action] = []
+        if self.phase is Phase.DISCONNECTED:
+            return actions
+        if self.playback is not Playback.IDLE:
+            actions.append(StopPlayback(self.generation))  # interrupted: the new one wins
+        if self.phase is Phase.STREAMING:
+            # Audio for us while we stream (an announcement during remote wake): end HA's
+            # run cleanly, the speaker must not be fed back into it.
+            actions.append(StopStream(send_audio_stop=True))
+            self._set_phase(Phase.RESPONDING)
+        elif self.phase is Phase.WAITING:
+            self._set_phase(Phase.RESPONDING)
+        self.generation += 1
+        self.kind = Kind.REPLY
+        self.playback = Playback.RECEIVING
+        self._fmt = fmt
+        self._received_seconds = 0.0
+        self._playback_deadline = now + self.timeouts.audio_gap
+        actions.append(StartPlayback(self.generation, fmt))
+        return actions
+
+    def audio_chunk(self, now: float, audio: bytes, fmt: AudioFormat | None) -> list[Action]:
+        if self.playback is Playback.IDLE and fmt is not None and self.connected:
+            # A chunk without audio-start (not what HA does): play it anyway, at its own rate.
+            actions = self.audio_start(now, fmt)
+        elif self.playback is Playback.RECEIVING and self.kind is Kind.REPLY:
+            actions = []
+        else:
+            return []  # after audio-stop, or while a local sound plays with no reply
+        fmt = fmt or self._fmt
+        assert fmt is not None
+        self._received_seconds += len(audio) / max(1, fmt.bytes_per_second)
+        self._playback_deadline = now + self.timeouts.audio_gap
+        actions.append(PlayAudio(self.generation, audio, fmt))
+        return actions
+
+    def audio_stop(self, now: float) -> list[Action]:
+        if self.playback is not Playback.RECEIVING or self.kind is not Kind.REPLY:
+            return []
+        self.playback = Playback.DRAINING
+        self._playback_deadline = now + self._received_seconds + self.timeouts.drain_extra
+        return [FinishPlayback(self.generation)]
+
+    def playback_done(self, now: float, generation: int) -> list[Action]:
+        """The speaker really finished playback `generation` (drained, or failed)."""
+        if generation != self.generation or self.playback is not Playback.DRAINING:
+            return []  # an interrupted playback reporting late
+        return self._finish_playback(now)
+
+    def sound(self, now: float, name: str) -> list[Action]:
+        """Play a local sound (e.g. timer finished) if nothing else is playing."""
+        if name not in self.sounds or self.playback is not Playback.IDLE or not self.connected:
+            return []
+        return self._start_sound(now, name)
+
+    # ---- the clock --------------------------------------------------------------------------
+
+    def tick(self, now: float) -> list[Action]:
+        actions: list[Action] = []
+        if (
+            self._pinged
+            and self.phase not in (Phase.DISCONNECTED, Phase.PAUSED)
+            and self._last_heard is not None
+            and now - self._last_heard > self.timeouts.ha_silence
+        ):
+            _LOGGER.warning("Home Assistant silent for %.0f s: dropping it", now - self._last_heard)
+            actions.append(CloseConnection("Home Assistant stopped answering"))
+            return actions + self.disconnect(now)
+        if self._playback_deadline is not None and now >= self._playback_deadline:
+            if self.playback is Playback.RECEIVING:
+                _LOGGER.warning("No reply audio for %.0f s: ending it", self.timeouts.audio_gap)
+                actions += self.audio_stop(now)
+            elif self.playback is Playback.DRAINING:
+                _LOGGER.warning("The speaker did not finish in time: stopping it")
+                actions.append(StopPlayback(self.generation))
+                actions += self._finish_playback(now)
+        if (
+            self._speech_deadline is not None
+            and now >= self._speech_deadline
+            and self.phase is Phase.STREAMING
+        ):
+            _LOGGER.info("No command spoken within %.0f s: ending the run", self.timeouts.no_speech)
+            actions += self._end_stream(now, send_audio_stop=True)
+        if self._deadline is not None and now >= self._deadline:
+            if self.phase is Phase.STREAMING:
+                _LOGGER.info("Utterance longer than %.0f s: ending it", self.timeouts.max_stream)
+                actions += self._end_stream(now, send_audio_stop=True)
+            elif self.phase is Phase.WAITING:
+                _LOGGER.warning("No answer from Home Assistant's pipeline: back to listening")
+                actions += self._listen(now)
+        if self.phase is Phase.RESPONDING and self.playback is Playback.IDLE:
+            actions += self._listen(now)  # cannot happen by design; never stay here if it does
+        if self._retry_at is not None and now >= self._retry_at:
+            self._retry_at = None
+            if self.phase is Phase.LISTENING:
+                actions += self._listen(now)
+        return actions + self._maybe_exit()
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _set_phase(self, phase: Phase, deadline: float | None = None) -> None:
+        if phase is not self.phase:
+            _LOGGER.debug("Satellite %s → %s", self.phase.value, phase.value)
+        self.phase = phase
+        self._deadline = deadline
+        if phase is not Phase.STREAMING:
+            self._ha_progress = False
+            self._speech_seen = False
+            self._speech_deadline = None
+        if phase in (Phase.DISCONNECTED, Phase.PAUSED, Phase.LISTENING):
+            self.stage = None
+
+    def _listen(self, now: float) -> list[Action]:
+        """Back to waiting for the next run; with remote wake that means streaming to HA."""
+        self._set_phase(Phase.LISTENING)
+        self._retry_at = None
+        actions: list[Action] = [ResetDetector()]
+        if self.remote_wake and not self.ending:
+            actions += [SendRunPipeline("wake", "tts"), *self._start_stream(now, "wake", False)]
+        return actions
+
+    def _start_stream(self, now: float, stage: str, with_prespeech: bool) -> list[Action]:
+        deadline = now + self.timeouts.max_stream if stage == "asr" else None
+        self._set_phase(Phase.STREAMING, deadline)
+        self.stage = stage
+        self._speech_seen = False
+        # Our VAD watches for the command (with remote wake HA's VAD does, and ends it).
+        local_vad = stage == "asr" and not self.remote_wake
+        self._speech_deadline = now + self.timeouts.no_speech if local_vad else None
+        return [StartStream(with_prespeech=with_prespeech)]
+
+    def _end_stream(self, now: float, send_audio_stop: bool) -> list[Action]:
+        self._set_phase(Phase.WAITING, now + self.timeouts.response)
+        return [StopStream(send_audio_stop=send_audio_stop), ResetDetector()]
+
+    def _start_sound(self, now: float, name: str) -> list[Action]:
+        self.generation += 1
+        self.kind = Kind.SOUND
+        self.playback = Playback.DRAINING  # queued whole; the speaker reports when it is done
+        self._playback_deadline = now + self.timeouts.sound
+        return [PlaySound(self.generation, name)]
+
+    def _finish_playback(self, now: float) -> list[Action]:
+        kind = self.kind
+        self._playback_idle()
+        actions: list[Action] = []
+        if kind is Kind.REPLY and self.connected:
+            actions.append(SendPlayed())
+        if kind is Kind.REPLY and self.phase is Phase.RESPONDING:
+            actions += self._listen(now)
+        else:
+            actions.append(ResetDetector())  # the mic heard our speaker: start afresh
+        return actions + self._maybe_exit()
+
+    def _playback_idle(self) -> None:
+        self.playback = Playback.IDLE
+        self.kind = Kind.REPLY
+        self._playback_deadline = None
+        self._fmt = None
+        self._received_seconds = 0.0
+
+    def _maybe_exit(self) -> list[Action]:
+        in_flight = self.phase in (Phase.STREAMING, Phase.WAITING, Phase.RESPONDING)
+        if self.ending and not self.exited and not in_flight and self.playback is Playback.IDLE:
+            self.exited = True
+            return [Exit(0)]
+        return []
