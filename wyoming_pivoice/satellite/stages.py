@@ -62,7 +62,8 @@ class ServerLink:
         self.uri = uri
         self.retry_seconds = retry_seconds
         self.read_timeout = read_timeout
-        self._backoff = Backoff(first=0.25, maximum=5.0)
+        # A short cap: the satellite should be back within a second of the server's return.
+        self._backoff = Backoff(first=0.25, maximum=1.0)
         self._down_since: float | None = None
 
     @contextlib.asynccontextmanager
