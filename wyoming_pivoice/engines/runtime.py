@@ -8,6 +8,7 @@ concurrent clients queue for the model instead of interleaving inside it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -66,21 +67,32 @@ class ModelSlot(Generic[T]):
                 raise
 
     async def stream(self, fn: Callable[[T, threading.Event], Iterator[R]]) -> AsyncIterator[R]:
-        """Iterate fn(model, cancel) in a worker thread, holding the model until done.
+        """Iterate fn(model, cancel) in a worker thread, holding the model while it runs.
 
-        Leaving the `async for` early (break, exception, task cancel) sets the
+        The model is free again as soon as the worker thread is done, not when the
+        consumer has taken every item: a client that reads its replies slowly (or not at
+        all) holds only its own results, which the request's limits bound, never the
+        model. Leaving the `async for` early (break, exception, task cancel) sets the
         cancel event so the worker stops at its next item instead of running on.
         """
         model = await self.get()
-        async with self._lock:
-            async for item in iterate_in_thread(lambda cancel: fn(model, cancel)):
+        await self._lock.acquire()
+        # From here to the thread's start nothing awaits, so the release is always armed.
+        items = iterate_in_thread(lambda cancel: fn(model, cancel), on_done=self._lock.release)
+        async with contextlib.aclosing(items):
+            async for item in items:
                 yield item
 
 
 async def iterate_in_thread(
     factory: Callable[[threading.Event], Iterator[R]],
+    on_done: Callable[[], None] | None = None,
 ) -> AsyncIterator[R]:
-    """Drive a blocking iterator in a worker thread and yield its items on the loop."""
+    """Drive a blocking iterator in a worker thread and yield its items on the loop.
+
+    `on_done` runs on the loop once the thread has finished, whether or not every item
+    was consumed.
+    """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[object] = asyncio.Queue()
     cancel = threading.Event()
@@ -97,6 +109,8 @@ async def iterate_in_thread(
             loop.call_soon_threadsafe(queue.put_nowait, _DONE)
 
     future = loop.run_in_executor(None, worker)
+    if on_done is not None:
+        future.add_done_callback(lambda _future: on_done())
     try:
         while True:
             item = await queue.get()
@@ -107,7 +121,7 @@ async def iterate_in_thread(
             yield item  # type: ignore[misc]
     finally:
         cancel.set()
-        # Hold the model until the worker has really stopped using it.
+        # The thread cannot be stopped; wait until it has let go of its model.
         await asyncio.shield(future)
 
 

@@ -80,6 +80,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     limits.add_argument("--max-frame-bytes", type=int, default=Limits.max_frame_bytes)
     limits.add_argument("--max-clients", type=int, default=Limits.max_clients)
     limits.add_argument("--idle-timeout", type=float, default=Limits.idle_timeout)
+    limits.add_argument(
+        "--write-timeout",
+        type=float,
+        default=Limits.write_timeout,
+        help="drop a client that takes none of its replies for this long",
+    )
 
     zeroconf = parser.add_argument_group("discovery")
     zeroconf.add_argument("--no-zeroconf", action="store_true", help="do not advertise over mDNS")
@@ -123,6 +129,7 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
             max_frame_bytes=args.max_frame_bytes,
             max_clients=args.max_clients,
             idle_timeout=args.idle_timeout,
+            write_timeout=args.write_timeout,
         ),
         zeroconf=ZeroconfSettings(
             enabled=not args.no_zeroconf, name=args.zeroconf_name, host=args.zeroconf_host

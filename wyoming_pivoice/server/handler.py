@@ -3,13 +3,20 @@
 The reader loop only validates events and queues work; a per-connection worker
 runs the queued requests in order (so replies keep the order of requests) while
 the reader keeps watching the socket, so a client that vanishes cancels its own
-work at once and frees the model for everybody else.
+work at once and frees the model for everybody else. A client that stops reading
+holds only its own connection, never a model, and is dropped after
+`limits.write_timeout`.
+
+A request that fails ends with an `error` event (nothing else follows for it); a
+streaming synthesis still ends with `synthesize-stopped`, which is what its clients
+wait for. The limits are listed in limits.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -40,6 +47,9 @@ from .services import Services
 _LOGGER = logging.getLogger(__name__)
 
 SAMPLES_PER_CHUNK = 1024  # TTS audio-chunk size, as Home Assistant and piper use
+# Streaming synthesis also cuts at a clause once it is this long, so a long first sentence
+# starts speaking sooner (the satellite cuts its phrases by the same rule).
+STREAM_MIN_CLAUSE_CHARS = 24
 
 Job = Callable[[], Awaitable[None]]
 
@@ -62,7 +72,26 @@ def _text_field(data: dict[str, Any], key: str, max_chars: int, required: bool =
         raise RequestError(
             f"'{key}' is {len(value)} characters, over the {max_chars} limit", "text-too-long"
         )
+    if "\0" in value:
+        raise RequestError(f"'{key}' contains a NUL character")
     return value
+
+
+def _context(data: dict[str, Any], max_chars: int) -> dict[str, Any] | None:
+    """A turn's context, echoed back in `handled`: kept only if it is small."""
+    context = _optional_dict(data, "context")
+    if context is not None and len(json.dumps(context)) > max_chars:
+        raise RequestError(f"'context' is over the {max_chars} character limit", "text-too-long")
+    return context
+
+
+def _check_utf8(data: dict[str, Any]) -> None:
+    """The wire is UTF-8: text with lone surrogates (from JSON escapes) cannot be echoed
+    back or handed to a model, so refuse it at the door."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError) as err:
+        raise RequestError(f"event data cannot be sent back as UTF-8 text: {err}") from None
 
 
 def _optional_dict(data: dict[str, Any], key: str) -> dict[str, Any] | None:
@@ -99,13 +128,17 @@ class _SynthesisStream:
 
     def __init__(self, speaker: str | None, max_chars: int) -> None:
         self.speaker = speaker
-        self.splitter = PhraseSplitter()
+        self.splitter = PhraseSplitter(STREAM_MIN_CLAUSE_CHARS)
         self.chars = 0
         self.max_chars = max_chars
+        self.refused = False  # over the limit: the rest of the text is dropped
 
     def feed(self, text: str) -> list[str]:
+        if self.refused:
+            return []
         self.chars += len(text)
         if self.chars > self.max_chars:
+            self.refused = True
             raise RequestError(
                 f"streamed text is over the {self.max_chars} character limit", "text-too-long"
             )
@@ -122,13 +155,17 @@ class PivoiceEventHandler(AsyncEventHandler):
         super().__init__(reader, writer)
         self.services = services
         self.limits = services.settings.limits
-        self.bounded = BoundedReader(reader, self.limits.max_frame_bytes)
+        self.bounded = BoundedReader(
+            reader, self.limits.max_frame_bytes, self.limits.max_data_bytes
+        )
         self.peer = writer.get_extra_info("peername")
         self._jobs: asyncio.Queue[Job] = asyncio.Queue(self.limits.max_pending)
         self._worker: asyncio.Task[None] | None = None
         self._transcription: _Transcription | None = None
         self._dropping_audio = False  # the current audio stream's request was refused
+        self._queued_samples = 0  # audio held by queued transcriptions
         self._synthesis: _SynthesisStream | None = None
+        self._refused = False  # closing on a frame or client we refused
 
     # ---- connection lifecycle -------------------------------------------------------------
 
@@ -138,6 +175,7 @@ class PivoiceEventHandler(AsyncEventHandler):
         services.clients += 1
         try:
             if services.clients > self.limits.max_clients:
+                self._refused = True
                 await self._error(
                     f"server busy: {self.limits.max_clients} clients already connected", "busy"
                 )
@@ -151,12 +189,33 @@ class PivoiceEventHandler(AsyncEventHandler):
                 with contextlib.suppress(asyncio.CancelledError, ConnectionError):
                     await self._worker
         finally:
-            services.clients -= 1
-            if self._worker is not None and not self._worker.done():
+            if self._worker is not None:
                 self._worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await self._worker
+                    await self._worker  # also collects a worker that died of a lost client
+            if self._refused and services.clients <= 2 * self.limits.max_clients:
+                await self._linger()
+            services.clients -= 1
             self.writer.close()
+
+    async def _linger(self, seconds: float = 1.0, max_bytes: int = 1 << 20) -> None:
+        """Before closing on a refusal, let the client's unread bytes in and drop them.
+
+        Closing with unread input makes the kernel reset the connection, and a reset can
+        destroy our `error` event before the client has read it.
+        """
+
+        async def discard() -> None:
+            received = 0
+            while received < max_bytes:
+                data = await self.reader.read(65536)
+                if not data:
+                    return
+                received += len(data)
+
+        with contextlib.suppress(Exception):
+            self.writer.write_eof()
+            await asyncio.wait_for(discard(), seconds)
 
     async def _read_one(self) -> bool:
         """Read and dispatch one event; False ends the connection."""
@@ -172,16 +231,20 @@ class PivoiceEventHandler(AsyncEventHandler):
         except (asyncio.IncompleteReadError, ConnectionError):
             _LOGGER.info("%s vanished mid-frame", self.peer)
             return False
-        except (AttributeError, KeyError, TypeError, IndexError) as err:
-            # A frame whose JSON parsed but is not an event (e.g. a list, no "type").
+        except Exception as err:
+            # A frame whose JSON parsed but is not an event (a list, no "type", a length
+            # that is not a number), or JSON nested too deep to parse.
+            self._refused = True
             await self._error(f"malformed frame: {err!r}", "malformed")
             return False
 
         if event is None:
             if self.bounded.violation:
+                self._refused = True
                 await self._error(self.bounded.violation, "frame-too-large")
-            elif not self.bounded.at_eof():
-                await self._error("malformed frame: not a JSON event header", "malformed")
+            elif self.bounded.got_line:  # bytes that are not an event (not a clean end)
+                self._refused = True
+                await self._error("malformed frame: not a JSON event", "malformed")
             return False
         if self._worker is not None and self._worker.done():
             return False  # the worker died (client gone while writing)
@@ -192,11 +255,15 @@ class PivoiceEventHandler(AsyncEventHandler):
             _LOGGER.info("%s: refused %s: %s", self.peer, event.type, err)
             await self._error(str(err), err.code)
             return True
+        except ConnectionError:
+            return False  # gone while we answered it (or dropped for not reading)
 
     async def handle_event(self, event: Event) -> bool:
         if not isinstance(event.type, str) or not isinstance(event.data, dict):
             raise RequestError("event 'type' must be a string and 'data' an object", "malformed")
         data = event.data
+        if event.type in _HANDLED:
+            _check_utf8(data)
 
         if Describe.is_type(event.type):
             await self.write_event(self.services.description.info().event())
@@ -215,7 +282,8 @@ class PivoiceEventHandler(AsyncEventHandler):
             self._audio_stop()
         elif Transcript.is_type(event.type):
             text = _text_field(data, "text", self.limits.max_text_chars)
-            self._queue(lambda: self._converse(text, _optional_dict(data, "context")))
+            context = _context(data, self.limits.max_text_chars)
+            self._queue(lambda: self._converse(text, context))
         elif Synthesize.is_type(event.type):
             if self._synthesis is None:  # inside a stream it only repeats the text: skip it
                 text = _text_field(data, "text", self.limits.max_text_chars)
@@ -274,17 +342,30 @@ class PivoiceEventHandler(AsyncEventHandler):
         audio = transcription.audio()
         if audio.size == 0:
             raise RequestError("no audio was received before audio-stop", "empty-audio")
+        # Queued audio is the one thing a pipelining client could pile up: cap it at two
+        # requests' worth so one connection's memory stays bounded.
+        if self._queued_samples + audio.size > 2 * transcription.max_samples:
+            raise RequestError("too much audio waiting to be transcribed", "overloaded")
+        self._queued_samples += audio.size
         self._queue(lambda: self._transcribe(audio, transcription.language))
 
     async def _transcribe(self, audio: np.ndarray, language: str | None) -> None:
+        try:
+            await self._transcribe_held(audio, language)
+        finally:
+            self._queued_samples -= audio.size
+
+    async def _transcribe_held(self, audio: np.ndarray, language: str | None) -> None:
         start = time.monotonic()
         await self.write_event(TranscriptStart(language=language).event())
         parts: list[str] = []
-        async for text in self.services.asr.stream(
+        segments = self.services.asr.stream(
             lambda asr, cancel: asr.segments(audio, language, cancel)
-        ):
-            parts.append(text)
-            await self.write_event(TranscriptChunk(text=text).event())
+        )
+        async with contextlib.aclosing(segments):
+            async for text in segments:
+                parts.append(text)
+                await self.write_event(TranscriptChunk(text=text).event())
         text = " ".join(parts)
         await self.write_event(Transcript(text=text, language=language).event())
         await self.write_event(TranscriptStop().event())
@@ -310,13 +391,13 @@ class PivoiceEventHandler(AsyncEventHandler):
         first: float | None = None
         await self.write_event(HandledStart(context=context).event())
         pieces: list[str] = []
-        async for piece in self.services.llm.stream(
-            lambda llm, cancel: llm.stream(messages, cancel=cancel)
-        ):
-            if first is None:
-                first = time.monotonic() - start
-            pieces.append(piece)
-            await self.write_event(HandledChunk(text=piece).event())
+        stream = self.services.llm.stream(lambda llm, cancel: llm.stream(messages, cancel=cancel))
+        async with contextlib.aclosing(stream):
+            async for piece in stream:
+                if first is None:
+                    first = time.monotonic() - start
+                pieces.append(piece)
+                await self.write_event(HandledChunk(text=piece).event())
         reply = "".join(pieces).strip()
         store.record(conversation_id, text, reply)
         # Home Assistant reads only the final `handled`; streaming clients get both.
@@ -335,6 +416,8 @@ class PivoiceEventHandler(AsyncEventHandler):
     def _synthesis_chunk(self, data: dict[str, Any]) -> None:
         if self._synthesis is None:
             raise RequestError("synthesize-chunk outside synthesize-start/stop")
+        if self._synthesis.refused:
+            return  # the rest of a refused stream: already answered with an error
         text = _text_field(data, "text", self.limits.max_text_chars)
         sentences = self._synthesis.feed(text)
         if sentences:
@@ -346,7 +429,7 @@ class PivoiceEventHandler(AsyncEventHandler):
         self._synthesis = None
         if stream is None:
             raise RequestError("synthesize-stop without synthesize-start")
-        rest = stream.splitter.flush()
+        rest = None if stream.refused else stream.splitter.flush()
         self._queue(
             lambda: self._synthesize(
                 [rest] if rest else [], stream.speaker, SynthesizeStopped().event()
@@ -354,10 +437,21 @@ class PivoiceEventHandler(AsyncEventHandler):
         )
 
     async def _synthesize(self, texts: list[str], speaker: str | None, done: Event | None) -> None:
-        """Speak each text as one audio-start…audio-stop run, then send `done` if given."""
-        for text in texts:
-            if text.strip():
-                await self._speak(text, speaker)
+        """Speak each text as one audio-start…audio-stop run, then send `done` if given.
+
+        `done` (a stream's `synthesize-stopped`) goes out even after a failed sentence:
+        streaming clients read until it comes.
+        """
+        try:
+            for text in texts:
+                if text.strip():
+                    await self._speak(text, speaker)
+        except (ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception as err:
+            if done is None:
+                raise
+            await self._report(err)
         if done is not None:
             await self.write_event(done)
 
@@ -373,23 +467,25 @@ class PivoiceEventHandler(AsyncEventHandler):
         await self.write_event(AudioStart(rate=rate, width=width, channels=channels).event())
         step = SAMPLES_PER_CHUNK * width * channels
         samples = 0
-        async for pcm in self.services.tts.stream(
+        stream = self.services.tts.stream(
             lambda engine, cancel: engine.sentences(text, speaker, cancel)
-        ):
-            if first is None:
-                first = time.monotonic() - start
-            for offset in range(0, len(pcm), step):
-                piece = pcm[offset : offset + step]
-                await self.write_event(
-                    AudioChunk(
-                        rate=rate,
-                        width=width,
-                        channels=channels,
-                        audio=piece,
-                        timestamp=int(samples * 1000 / rate),
-                    ).event()
-                )
-                samples += len(piece) // width
+        )
+        async with contextlib.aclosing(stream):
+            async for pcm in stream:
+                if first is None:
+                    first = time.monotonic() - start
+                for offset in range(0, len(pcm), step):
+                    piece = pcm[offset : offset + step]
+                    await self.write_event(
+                        AudioChunk(
+                            rate=rate,
+                            width=width,
+                            channels=channels,
+                            audio=piece,
+                            timestamp=int(samples * 1000 / rate),
+                        ).event()
+                    )
+                    samples += len(piece) // width
         await self.write_event(AudioStop(timestamp=int(samples * 1000 / rate)).event())
         self.services.count("synthesize")
         _LOGGER.info(
@@ -416,17 +512,38 @@ class PivoiceEventHandler(AsyncEventHandler):
                 return
             try:
                 await job()
-            except RequestError as err:
-                await self._error(str(err), err.code)
             except (ConnectionError, asyncio.CancelledError):
                 raise
             except Exception as err:
-                _LOGGER.exception("%s: request failed", self.peer)
-                await self._error(f"internal error: {err}", "internal")
+                await self._report(err)
+
+    async def _report(self, err: Exception) -> None:
+        """A failed request's `error` event: refused (RequestError) or failed inside."""
+        if isinstance(err, RequestError):
+            await self._error(str(err), err.code)
+        else:
+            _LOGGER.error("%s: request failed", self.peer, exc_info=err)
+            await self._error(f"internal error: {err}", "internal")
+
+    async def write_event(self, event: Event) -> None:
+        """Write one event; a client that reads nothing for `write_timeout` is dropped.
+
+        Without the bound, `drain()` waits forever on a client that stopped reading.
+        """
+        try:
+            await asyncio.wait_for(
+                async_write_event(event, self.writer), timeout=self.limits.write_timeout
+            )
+        except asyncio.TimeoutError:
+            _LOGGER.warning(
+                "%s read nothing for %.0f s, dropping it", self.peer, self.limits.write_timeout
+            )
+            self.writer.transport.abort()  # frees the unsent buffer; the reader sees EOF
+            raise ConnectionResetError("client stopped reading") from None
 
     async def _error(self, text: str, code: str) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):
-            await async_write_event(Error(text=text, code=code).event(), self.writer)
+            await self.write_event(Error(text=text, code=code).event())
 
 
 async def _stop_marker() -> None:
@@ -434,6 +551,21 @@ async def _stop_marker() -> None:
 
 
 _STOP: Job = _stop_marker
+
+# Events we act on; any other type is ignored whatever its data holds.
+_HANDLED = {
+    "describe",
+    "ping",
+    "transcribe",
+    "audio-start",
+    "audio-chunk",
+    "audio-stop",
+    "transcript",
+    "synthesize",
+    "synthesize-start",
+    "synthesize-chunk",
+    "synthesize-stop",
+}
 
 
 def _speaker(data: dict[str, Any]) -> str | None:

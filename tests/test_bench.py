@@ -1,0 +1,218 @@
+"""`wyoming-pivoice bench` on the real models: it runs, and its JSON holds sane figures.
+
+Never a speed assertion: speed claims come from running the bench, not from tests. The
+run is tiny (2 utterances, 1 round, streaming and sequential) and uses the session's
+server, so it adds well under a minute.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from wyoming_pivoice.bench import corpus, report, runner, serverlog
+from wyoming_pivoice.bench.cli import add_parser, options_from_args
+from wyoming_pivoice.bench.soak import growth
+
+STAGE_KEYS = {key for key, _label, _boundary in report.STAGES}
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bench-corpus")
+
+
+@pytest.fixture(scope="module")
+def bench_result(
+    server_port: int, corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict:
+    options = runner.BenchOptions(
+        rounds=1,
+        utterances=2,
+        corpus_dir=corpus_dir,
+        workdir=tmp_path_factory.mktemp("bench"),
+        server_uri=f"tcp://127.0.0.1:{server_port}",
+        warmup=False,
+        compute_reps=1,
+        speculation_baseline=False,
+        soak=2,
+        soak_every=1,
+    )
+    result = runner.run(options)
+    # What --json writes must survive a round trip.
+    return json.loads(json.dumps(result))
+
+
+def test_corpus_is_short_spoken_commands(corpus_dir: Path) -> None:
+    utterances = corpus.build(corpus_dir, limit=2)
+    assert len(corpus.LINES) >= 12
+    for utterance in utterances:
+        assert 0.5 < utterance.speech_s < 6.0
+        assert utterance.speech_start_s >= corpus.PAD_BEFORE_S - 0.05
+        # At least the silence window (and then some) after the voice ends.
+        assert utterance.duration_s - utterance.speech_end_s > 0.5
+
+
+def test_bench_turns_are_real(bench_result: dict) -> None:
+    turns = bench_result["turns"]
+    assert len(turns) == 4  # 2 utterances × streaming, sequential × 1 round
+    assert {t["config"] for t in turns} == {"streaming", "sequential"}
+    for turn in turns:
+        assert turn["error"] is None, turn
+        assert turn["transcript"].strip()
+        assert turn["heard"], turn["transcript"]
+        assert turn["reply"].strip()
+        stages = turn["stages_ms"]
+        assert stages["e2e_from_last_voiced"] > 0
+        assert stages["e2e_from_endpoint"] > 0
+        # The endpoint comes after the last voiced frame by about the silence window.
+        assert 0 < stages["endpoint_wait"] < 2000
+        assert stages["e2e_from_last_voiced"] >= stages["e2e_from_endpoint"]
+        assert stages["compute"] > 0
+        # No log of the shared server to read here, so compute comes from the replay.
+        assert turn["compute_source"] == "replay"
+        replayed = turn["replay_compute_ms"]
+        assert replayed["asr"] > 0 and replayed["tts_first_audio"] > 0 and replayed["llm"] > 0
+        assert turn["asr_audio_s"] > 0.5
+
+
+def test_bench_summary_keys(bench_result: dict) -> None:
+    meta = bench_result["meta"]
+    assert meta["silence_window_ms"] == 300
+    assert meta["turns"] == 4 and meta["seconds"] > 0
+    for config in ("streaming", "sequential"):
+        stages = bench_result["stages"][config]
+        assert set(stages) >= STAGE_KEYS
+        e2e = stages["e2e_from_last_voiced"]
+        assert e2e["n"] == 2 and 0 < e2e["median"] <= e2e["p90"]
+    ratio = bench_result["ratios"]["streaming_over_sequential"]
+    assert set(ratio["per_utterance"]) == {"kitchen", "time"}
+    assert ratio["median"] > 0
+    processes = bench_result["processes"]
+    assert processes["server"]["peak_rss_mb"] > 100  # it holds three models
+    assert processes["satellite (bench process)"]["peak_rss_mb"] > 0
+    assert processes["server"]["cpu_s"] > 0
+
+
+def test_soak_samples(bench_result: dict) -> None:
+    soak = bench_result["soak"]
+    assert soak["turns"] == 2 and soak["errors"] == 0
+    assert [s["turn"] for s in soak["samples"]] == [0, 1, 2]
+    for name in ("server", "satellite"):
+        assert soak["growth"][name]["rss_start_mb"] > 0
+        assert soak["growth"][name]["fds_end"] > 0
+
+
+def test_rendered_table_names_every_stage(bench_result: dict) -> None:
+    text = report.render(bench_result)
+    for _key, label, _boundary in report.STAGES:
+        assert label in text
+    assert "streaming / sequential" in text
+    assert "Soak: 2 turns" in text
+
+
+def test_growth_is_measured_after_warmup() -> None:
+    def sample(turn: int, rss: float, fds: int) -> dict:
+        return {
+            "turn": turn,
+            "server": {"rss_mb": rss, "fds": fds},
+            "satellite": {"rss_mb": rss / 2, "fds": fds},
+        }
+
+    samples = [
+        sample(0, 100.0, 10),
+        sample(10, 200.0, 12),
+        sample(20, 202.0, 12),
+        sample(30, 204.0, 12),
+    ]
+    result = growth(samples, warmup_turns=10)
+    assert result["server"]["rss_start_mb"] == 200.0
+    assert result["server"]["rss_growth_pct"] == 2.0
+    assert result["server"]["fds_growth"] == 0
+
+
+def test_ratios_are_per_utterance_medians() -> None:
+    def turn(config: str, uid: str, e2e: float) -> dict:
+        return {
+            "config": config,
+            "utterance": uid,
+            "error": None,
+            "stages_ms": {"e2e_from_last_voiced": e2e},
+            "speculation": {"used": True},
+        }
+
+    turns = [
+        turn("a", "x", 100),
+        turn("a", "x", 300),
+        turn("b", "x", 400),
+        turn("a", "y", 50),
+        turn("b", "y", 200),
+        turn("b", "y", 200),
+    ]
+    block = report.ratio_block(turns, "a", "b")
+    assert block["per_utterance"] == {"x": 0.5, "y": 0.25}
+    assert block["median"] == 0.375
+    gain = report.gain_block(turns, "a", "b")
+    assert gain["per_utterance_ms"] == {"x": 200.0, "y": 150.0}
+
+
+def test_cli_options() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    options = options_from_args(parser.parse_args(["bench", "--soak", "50"]))
+    assert options.soak == 50 and not options.latency  # --soak alone skips the latency bench
+    options = options_from_args(
+        parser.parse_args(
+            ["bench", "--rounds", "2", "--pipelines", "streaming", "--speculate-ms", "120"]
+        )
+    )
+    assert options.latency and options.rounds == 2
+    assert [c.name for c in runner.configs_for(options)] == ["streaming", "streaming_nospec"]
+
+
+def test_server_log_compute_is_attributed_to_its_turn() -> None:
+    offset = 1_000_000.0  # wall clock = monotonic + offset
+    log = "\n".join(
+        [
+            "2026-01-01 00:00:10,000 INFO wyoming_pivoice.server.handler: Transcribed 1.50 s of "
+            "audio in 0.700 s: 'turn on the lights'",
+            "2026-01-01 00:00:10,300 INFO wyoming_pivoice.server.handler: Spoke 1.00 s of audio "
+            "(first audio 0.150 s) for 'Sure, the lights are on now.'",
+            "2026-01-01 00:00:10,400 INFO wyoming_pivoice.server.handler: Answered in 0.400 s "
+            "(first token 0.050 s): 'Sure, the lights are on now. Anything else?'",
+            "2026-01-01 00:00:30,000 INFO wyoming_pivoice.server.handler: Transcribed 1.00 s of "
+            "audio in 0.900 s: 'another turn'",
+        ]
+    )
+    from datetime import datetime
+
+    wall = datetime.strptime("2026-01-01 00:00:09,000", "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    t0 = wall - offset  # monotonic time of the turn's endpoint
+    entries = serverlog.parse(log, offset)
+    assert [e.kind for e in entries] == ["asr", "tts", "llm", "asr"]
+    turn = {
+        "pipeline": "streaming",
+        "error": None,
+        "reply": "Sure, the lights are on now. Anything else?",
+        "speculation": {"used": False},
+        "stages_ms": {},
+        "stamps": {
+            "speech_start": t0 - 2,
+            "endpoint": t0,
+            "transcript": t0 + 1.0,
+            "first_played": t0 + 1.3,
+            "playback_done": t0 + 1.5,
+        },
+    }
+    words = lambda text: len(text.split())  # noqa: E731 — a stand-in tokenizer
+    assert serverlog.attribute([turn], entries, words, min_clause_chars=24) == 1
+    compute = turn["server_compute_ms"]
+    assert compute["asr"] == 700.0 and compute["tts_first_audio"] == 150.0
+    # 8 words in the reply: (0.4 - 0.05) / 7 per token; the first phrase has 6 words.
+    assert compute["llm_tokens"] == 6
+    assert compute["llm"] == round((0.05 + 5 * 0.35 / 7) * 1000, 1)
+    assert turn["stages_ms"]["overhead"] == round((1.3 - compute["total"] / 1000) * 1000, 1)

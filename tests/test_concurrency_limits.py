@@ -1,0 +1,144 @@
+"""The connection limits, each enforced with a clear error: clients at once (`busy`),
+requests queued on one connection (`overloaded`), silence (`idle`) and a client that reads
+nothing (dropped after the write timeout, without the server buffering its replies)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wyoming.event import Event, async_read_event, async_write_event
+from wyoming.info import Describe
+from wyoming.tts import Synthesize
+
+from .helpers import exchange, server_process
+from .test_concurrency import non_reader, open_raw, transcribe_events
+from .test_fuzz import describe_works, encode, open_connections, server_process_of
+
+MAX_CLIENTS = 3
+IDLE = 4.0
+WRITE_TIMEOUT = 2.0
+
+
+@pytest.fixture(scope="module")
+def limited_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A server with small limits (its LLM loads only if asked, and nothing asks)."""
+    log: Path = tmp_path_factory.mktemp("limited") / "server.log"
+    with server_process(
+        "--max-clients",
+        str(MAX_CLIENTS),
+        "--idle-timeout",
+        str(IDLE),
+        "--write-timeout",
+        str(WRITE_TIMEOUT),
+        "--llm-lazy",
+        log=log,
+    ) as port:
+        yield port
+
+
+async def read_all(reader: asyncio.StreamReader, timeout: float = 30.0) -> list[Event | None]:
+    """Events until the server closes (None at the end)."""
+    events: list[Event | None] = []
+    async with asyncio.timeout(timeout):
+        while True:
+            event = await async_read_event(reader)
+            events.append(event)
+            if event is None:
+                return events
+
+
+async def test_one_client_too_many_is_told_busy(limited_port: int) -> None:
+    held = []
+    for _ in range(MAX_CLIENTS):
+        reader, writer = await open_raw(limited_port)
+        await async_write_event(Describe().event(), writer)
+        assert (await async_read_event(reader)).type == "info"
+        held.append(writer)
+    try:
+        reader, writer = await open_raw(limited_port)
+        await async_write_event(Describe().event(), writer)  # sent before it knows it is refused
+        replies = await read_all(reader)
+        writer.close()
+        assert replies[0].type == "error" and replies[0].data["code"] == "busy"
+        assert str(MAX_CLIENTS) in replies[0].data["text"]
+        assert replies[1:] == [None]  # and closed
+        # A place frees up as soon as a client leaves.
+        held.pop().close()
+        await served(limited_port)
+    finally:
+        for writer in held:
+            writer.close()
+    # Every place free again for the tests that follow.
+    assert await asyncio.to_thread(open_connections, server_process_of(limited_port)) == []
+
+
+async def served(port: int, timeout: float = 10.0) -> None:
+    """Wait until a client is served (the server lets go of a closed one a moment after)."""
+    async with asyncio.timeout(timeout):
+        while (await exchange(port, [Describe().event()], "info"))[-1].type != "info":
+            await asyncio.sleep(0.1)
+
+
+async def test_silent_client_is_closed_with_idle_error(limited_port: int) -> None:
+    reader, writer = await open_raw(limited_port)
+    try:
+        replies = await read_all(reader, timeout=IDLE + 30)
+    finally:
+        writer.close()
+    assert [e.data["code"] for e in replies[:-1]] == ["idle"] and replies[-1] is None
+
+
+async def test_client_that_reads_nothing_is_dropped_and_blocks_nobody(limited_port: int) -> None:
+    """Its replies (megabytes of them) stop at the socket buffers; after the write timeout
+    the server drops it, and meanwhile others are served, speech included."""
+    proc = server_process_of(limited_port)
+    # Both preloaded models in use once, so their loading is not counted as buffering.
+    await exchange(limited_port, [Synthesize(text="Ready.").event()], "audio-stop")
+    await exchange(limited_port, transcribe_events(b"\0\0" * 8000, 16000), "transcript-stop")
+    rss = proc.memory_info().rss
+    reader, writer = await non_reader(limited_port, describes=4000)
+    try:
+        replies = await exchange(
+            limited_port, [Synthesize(text="Still here.").event()], "audio-stop"
+        )
+        assert replies[-1].type == "audio-stop"
+        await asyncio.sleep(WRITE_TIMEOUT + 3)
+        # Now read what the server had managed to send: it stops short of everything owed.
+        received = 0
+        with contextlib.suppress(ConnectionError):
+            async with asyncio.timeout(30):
+                while data := await reader.read(1 << 16):
+                    received += len(data)
+    finally:
+        writer.close()
+    info = len(encode("info", (await info_data(limited_port)), None))
+    assert received < 4000 * info / 2, (received, 4000 * info)
+    assert proc.memory_info().rss - rss < 64 * 2**20  # it never buffered the rest
+    assert await asyncio.to_thread(open_connections, proc) == []
+
+
+async def info_data(port: int) -> dict:
+    [event] = await exchange(port, [Describe().event()], "info")
+    return event.data
+
+
+async def test_too_many_queued_requests_are_refused_as_overloaded(server_port: int) -> None:
+    """A client that pipelines more than 64 requests on one connection."""
+    reader, writer = await open_raw(server_port)
+    try:
+        writer.write(encode("synthesize", {"text": "Hi."}, None) * 70)
+        await writer.drain()
+        codes = []
+        async with asyncio.timeout(60):
+            while len(codes) < 70 - 64 - 1:  # one may already be under way, not queued
+                event = await async_read_event(reader)
+                if event.type == "error":
+                    codes.append(event.data["code"])
+        assert set(codes) == {"overloaded"}
+    finally:
+        writer.close()
+    await describe_works(server_port)

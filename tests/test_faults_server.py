@@ -1,0 +1,241 @@
+"""Server-side faults: an LLM or a TTS that fails ends the request with an `error` event, and
+the next request, on the same connection and on a new one, works.
+
+The engines are the real ones; only the failing part is a stand-in (a wrapper that raises
+when the text asks it to), since a real model cannot be made to fail on cue. One failure
+needs no stand-in: a turn too long for the LLM's context window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from functools import partial
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from wyoming.client import AsyncTcpClient
+from wyoming.event import Event
+from wyoming.info import Describe
+from wyoming.server import AsyncTcpServer
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
+
+from wyoming_pivoice.engines.llm import LlamaChat
+from wyoming_pivoice.engines.runtime import ModelSlot
+from wyoming_pivoice.engines.tts import PiperTts
+from wyoming_pivoice.server.handler import PivoiceEventHandler
+from wyoming_pivoice.server.services import Services
+from wyoming_pivoice.settings import ServerSettings
+
+from .helpers import exchange, free_port
+
+FAIL = "explode"  # a text with this word makes the stand-in fail
+
+
+class EngineFailure(RuntimeError):
+    """What a crashing engine raises."""
+
+
+class FailingLlm:
+    """The real LLM, except that a turn asking to explode fails after a few pieces."""
+
+    def __init__(self, real: LlamaChat) -> None:
+        self.real = real
+
+    def stream(self, messages, max_tokens=None, cancel=None) -> Iterator[str]:
+        failing = FAIL in messages[-1]["content"]
+        if failing and "at once" in messages[-1]["content"]:
+            raise EngineFailure("llama.cpp failed before the first token")
+        for i, piece in enumerate(self.real.stream(messages, max_tokens, cancel)):
+            if failing and i == 3:
+                break
+            yield piece
+        if failing:
+            raise EngineFailure("llama.cpp failed mid-reply")
+
+
+class FailingTts:
+    """The real voice, except that a text asking to explode fails after its first sentence."""
+
+    def __init__(self, real: PiperTts) -> None:
+        self.real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def sentences(self, text: str, speaker=None, cancel=None) -> Iterator[bytes]:
+        for i, pcm in enumerate(self.real.sentences(text, speaker, cancel)):
+            if FAIL in text and i == 1:
+                raise EngineFailure("piper failed mid-reply")
+            yield pcm
+        if FAIL in text:
+            raise EngineFailure("piper failed")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def faulty() -> AsyncIterator[tuple[int, Services]]:
+    """An in-process server on the real LLM and voice, each wrapped to fail on cue."""
+    settings = ServerSettings()
+    real = Services.from_settings(settings)
+    services = Services.from_settings(settings)
+    services.llm = ModelSlot("failing llm", lambda: FailingLlm(LlamaChat(settings.llm)))
+    services.tts = ModelSlot("failing tts", lambda: FailingTts(PiperTts(settings.tts)))
+    services.asr = real.asr  # loaded only if a test transcribes (none does)
+    services.llm.start_loading()
+    services.tts.start_loading()
+    port = free_port()
+    server = AsyncTcpServer("127.0.0.1", port)
+    await server.start(partial(PivoiceEventHandler, services))
+    try:
+        yield port, services
+    finally:
+        await server.stop()
+
+
+def turn(text: str, conversation_id: str | None = None) -> Event:
+    data: dict[str, Any] = {"text": text}
+    if conversation_id:
+        data["context"] = {"conversation_id": conversation_id}
+    return Event("transcript", data)
+
+
+async def read_until(client: AsyncTcpClient, *ends: str, timeout: float = 120) -> list[Event]:
+    replies: list[Event] = []
+    async with asyncio.timeout(timeout):
+        while True:
+            event = await client.read_event()
+            assert event is not None, f"connection closed after {[e.type for e in replies]}"
+            replies.append(event)
+            if event.type in ends:
+                return replies
+
+
+def audio_seconds(replies: list[Event]) -> float:
+    pcm = b"".join(e.payload or b"" for e in replies if e.type == "audio-chunk")
+    return len(pcm) / (2 * 22050)
+
+
+async def nothing_more(client: AsyncTcpClient) -> None:
+    """Nothing else comes for the failed request (ping, then the very next event is pong)."""
+    await client.write_event(Event("ping", {"text": "after"}))
+    event = await client.read_event()
+    assert event is not None and event.type == "pong", event
+
+
+async def good_turn(client: AsyncTcpClient, conversation_id: str | None = None) -> str:
+    await client.write_event(turn("What is the capital of France?", conversation_id))
+    replies = await read_until(client, "handled-stop", "error")
+    assert [e.type for e in replies][-2:] == ["handled", "handled-stop"], replies[-1]
+    text = replies[-2].data["text"]
+    assert text and text == "".join(e.data["text"] for e in replies[1:-2]).strip()
+    return text
+
+
+@pytest.mark.parametrize("when", ["mid-reply", "at once"])
+async def test_llm_failure_ends_the_turn_with_an_error(
+    faulty: tuple[int, Services], when: str
+) -> None:
+    port, services = faulty
+    conversation = f"faulty-{when}"
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        text = f"Please {FAIL} now." if when == "mid-reply" else f"Please {FAIL} at once."
+        await client.write_event(turn(text, conversation))
+        replies = await read_until(client, "error", "handled-stop")
+        types = [e.type for e in replies]
+        assert types[0] == "handled-start" and types[-1] == "error", types
+        assert "handled" not in types and "handled-stop" not in types
+        if when == "mid-reply":
+            assert 1 <= types.count("handled-chunk") <= 3  # what was said before the failure
+        error = replies[-1].data
+        assert error["code"] == "internal" and "llama.cpp failed" in error["text"]
+        await nothing_more(client)
+        # The same connection, the same conversation: the next turn is answered, and the
+        # failed turn was not kept in the conversation's history.
+        await good_turn(client, conversation)
+    history = services.conversations.messages(conversation, "next")
+    assert not any(FAIL in m["content"] for m in history)
+    assert len(history) == 4  # system, the good turn and its answer, the next text
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        await good_turn(client)
+
+
+async def test_tts_failure_ends_the_synthesis_with_an_error(faulty: tuple[int, Services]) -> None:
+    port, _ = faulty
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        await client.write_event(
+            Synthesize(text=f"The first sentence is fine. This one will {FAIL}.").event()
+        )
+        replies = await read_until(client, "error", "audio-stop")
+        types = [e.type for e in replies]
+        assert types[0] == "audio-start" and types[-1] == "error", types
+        assert audio_seconds(replies) > 0.5  # the first sentence was spoken before the failure
+        assert replies[-1].data["code"] == "internal"
+        assert "piper failed" in replies[-1].data["text"]
+        await nothing_more(client)
+        await client.write_event(Synthesize(text="The kitchen lights are on.").event())
+        replies = await read_until(client, "audio-stop", "error")
+        assert replies[-1].type == "audio-stop" and audio_seconds(replies) > 0.8
+    replies = await exchange(port, [Synthesize(text="All good.").event()], "audio-stop")
+    assert audio_seconds(replies) > 0.3
+
+
+async def test_tts_failure_in_a_stream_still_ends_the_stream(
+    faulty: tuple[int, Services],
+) -> None:
+    """A failed sentence is reported; the other sentences are spoken; `synthesize-stopped`
+    still comes (streaming clients such as Home Assistant wait for it)."""
+    port, _ = faulty
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        # The failing sentence is the last: it is spoken by the job that also ends the stream.
+        pieces = ["Good morning. ", "The heating is on. ", f"Now {FAIL} please."]
+        for event in (
+            SynthesizeStart().event(),
+            *[SynthesizeChunk(text=p).event() for p in pieces],
+            SynthesizeStop().event(),
+        ):
+            await client.write_event(event)
+        replies = await read_until(client, "synthesize-stopped")
+        types = [e.type for e in replies]
+        assert types.count("error") == 1 and types[-1] == "synthesize-stopped"
+        assert types.count("audio-stop") == 2  # "Good morning." and "The heating is on."
+        assert types.index("error") < types.index("synthesize-stopped")
+        await nothing_more(client)
+
+
+async def test_model_that_fails_to_load_answers_errors_and_describe_still_works() -> None:
+    def broken() -> Any:
+        raise EngineFailure("model file is corrupt")
+
+    services = Services.from_settings(ServerSettings())
+    services.asr = services.tts = services.llm = ModelSlot("broken", broken)
+    services.start_loading()
+    port = free_port()
+    server = AsyncTcpServer("127.0.0.1", port)
+    await server.start(partial(PivoiceEventHandler, services))
+    try:
+        for request in (turn("Hello."), Synthesize(text="Hello.").event()):
+            async with AsyncTcpClient("127.0.0.1", port) as client:
+                await client.write_event(request)
+                await client.write_event(Describe().event())
+                replies = await read_until(client, "error", timeout=30)
+                assert replies[-1].data["code"] == "internal"
+                assert "model file is corrupt" in replies[-1].data["text"]
+                if not any(e.type == "info" for e in replies):  # describe is answered at once
+                    assert (await client.read_event()).type == "info"
+    finally:
+        await server.stop()
+
+
+async def test_turn_longer_than_the_llm_context_is_an_error_then_next_turn_works(
+    server_port: int,
+) -> None:
+    """The real LLM: 4000 characters, 4000 tokens, overflow its 2048-token window."""
+    long_turn = turn("1 " * 1999 + "1", "overflow")
+    async with AsyncTcpClient("127.0.0.1", server_port) as client:
+        await client.write_event(long_turn)
+        replies = await read_until(client, "error", "handled-stop")
+        assert replies[-1].type == "error", [e.type for e in replies]
+        assert "context" in replies[-1].data["text"]
+        await nothing_more(client)
+        await good_turn(client, "overflow")
