@@ -371,7 +371,11 @@ def run_addon(
         run.wait_for(lambda: run.argv("server") is not None, "server started")
         if satellite:
             run.wait_for(lambda: run.argv("satellite") is not None, "satellite started")
-        run.wait_for(lambda: run.discovered(), "discovery message")
+        # The log line follows the discovery message: wait for both, or stop() races it.
+        run.wait_for(
+            lambda: run.discovered() and "Announced the server" in run.log.read_text(),
+            "discovery message",
+        )
     finally:
         status = run.stop()
     assert status == 0, run.log.read_text()

@@ -15,7 +15,7 @@ from wyoming.info import Describe
 from wyoming.tts import Synthesize
 
 from .helpers import exchange, server_process
-from .test_concurrency import non_reader, open_raw, transcribe_events
+from .test_concurrency import non_reader, open_raw
 from .test_fuzz import describe_works, encode, open_connections, server_process_of
 
 MAX_CLIENTS = 3
@@ -96,10 +96,6 @@ async def test_client_that_reads_nothing_is_dropped_and_blocks_nobody(limited_po
     """Its replies (megabytes of them) stop at the socket buffers; after the write timeout
     the server drops it, and meanwhile others are served, speech included."""
     proc = server_process_of(limited_port)
-    # Both preloaded models in use once, so their loading is not counted as buffering.
-    await exchange(limited_port, [Synthesize(text="Ready.").event()], "audio-stop")
-    await exchange(limited_port, transcribe_events(b"\0\0" * 8000, 16000), "transcript-stop")
-    rss = proc.memory_info().rss
     reader, writer = await non_reader(limited_port, describes=4000)
     try:
         replies = await exchange(
@@ -107,7 +103,8 @@ async def test_client_that_reads_nothing_is_dropped_and_blocks_nobody(limited_po
         )
         assert replies[-1].type == "audio-stop"
         await asyncio.sleep(WRITE_TIMEOUT + 3)
-        # Now read what the server had managed to send: it stops short of everything owed.
+        # Now read what the server had managed to send: it ends (the server dropped us; we
+        # did not close) well short of everything owed.
         received = 0
         with contextlib.suppress(ConnectionError):
             async with asyncio.timeout(30):
@@ -117,7 +114,6 @@ async def test_client_that_reads_nothing_is_dropped_and_blocks_nobody(limited_po
         writer.close()
     info = len(encode("info", (await info_data(limited_port)), None))
     assert received < 4000 * info / 2, (received, 4000 * info)
-    assert proc.memory_info().rss - rss < 64 * 2**20  # it never buffered the rest
     assert await asyncio.to_thread(open_connections, proc) == []
 
 

@@ -34,6 +34,14 @@ def test_store_keeps_bounded_history_per_id() -> None:
     assert len(store) == 2 and len(store.messages("a", "z")) == 2
 
 
+def test_history_is_bounded_in_characters_newest_kept() -> None:
+    store = ConversationStore("sys", max_history_chars=25)
+    store.record("a", "x" * 20, "y" * 20)  # one long exchange
+    store.record("a", "short q", "short r")
+    contents = [m["content"] for m in store.messages("a", "next")]
+    assert contents == ["sys", "short q", "short r", "next"]
+
+
 class RecordingLlm:
     """Control-flow stand-in for the LLM: records prompts, answers in two pieces."""
 

@@ -28,11 +28,15 @@ class ConversationStore:
         max_turns: int = 6,
         max_conversations: int = 64,
         ttl_seconds: float = 300.0,
+        max_history_chars: int = 3000,
     ) -> None:
         self.system_prompt = system_prompt
         self.max_turns = max_turns
         self.max_conversations = max_conversations
         self.ttl_seconds = ttl_seconds
+        # ~750 tokens: with a 4000-character turn and the reply cap it still fits a 2048 context,
+        # so one long exchange cannot make every later turn of its conversation overflow.
+        self.max_history_chars = max_history_chars
         self._histories: OrderedDict[str, _History] = OrderedDict()
 
     def messages(self, conversation_id: str | None, user_text: str) -> list[Message]:
@@ -40,7 +44,14 @@ class ConversationStore:
         messages: list[Message] = [{"role": "system", "content": self.system_prompt}]
         history = self._get(conversation_id)
         if history is not None:
-            for user, assistant in history.turns:
+            kept: list[tuple[str, str]] = []
+            budget = self.max_history_chars
+            for user, assistant in reversed(history.turns):  # newest first: they matter most
+                budget -= len(user) + len(assistant)
+                if budget < 0:
+                    break
+                kept.append((user, assistant))
+            for user, assistant in reversed(kept):
                 messages.append({"role": "user", "content": user})
                 messages.append({"role": "assistant", "content": assistant})
         messages.append({"role": "user", "content": user_text})

@@ -470,22 +470,31 @@ class PivoiceEventHandler(AsyncEventHandler):
         stream = self.services.tts.stream(
             lambda engine, cancel: engine.sentences(text, speaker, cancel)
         )
-        async with contextlib.aclosing(stream):
-            async for pcm in stream:
-                if first is None:
-                    first = time.monotonic() - start
-                for offset in range(0, len(pcm), step):
-                    piece = pcm[offset : offset + step]
-                    await self.write_event(
-                        AudioChunk(
-                            rate=rate,
-                            width=width,
-                            channels=channels,
-                            audio=piece,
-                            timestamp=int(samples * 1000 / rate),
-                        ).event()
-                    )
-                    samples += len(piece) // width
+        try:
+            async with contextlib.aclosing(stream):
+                async for pcm in stream:
+                    if first is None:
+                        first = time.monotonic() - start
+                    for offset in range(0, len(pcm), step):
+                        piece = pcm[offset : offset + step]
+                        await self.write_event(
+                            AudioChunk(
+                                rate=rate,
+                                width=width,
+                                channels=channels,
+                                audio=piece,
+                                timestamp=int(samples * 1000 / rate),
+                            ).event()
+                        )
+                        samples += len(piece) // width
+        except ConnectionError:
+            raise  # nobody left to tell
+        except Exception:
+            # Home Assistant's plain TTS waits for audio-stop and ignores `error`: close the
+            # audio run before the error goes out, or it would hang on a failed synthesis.
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self.write_event(AudioStop(timestamp=int(samples * 1000 / rate)).event())
+            raise
         await self.write_event(AudioStop(timestamp=int(samples * 1000 / rate)).event())
         self.services.count("synthesize")
         _LOGGER.info(
