@@ -12,6 +12,7 @@ import time
 import wave
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
@@ -81,29 +82,29 @@ def wait_for_port(port: int, timeout: float = 60.0, proc: subprocess.Popen | Non
     raise TimeoutError(f"nothing listening on {port} after {timeout} s")
 
 
-@contextlib.contextmanager
-def server_process(*extra: str, port: int | None = None, log: Path | None = None) -> Iterator[int]:
-    """A real `wyoming-pivoice server` on loopback (no zeroconf); yields its port."""
-    port = port or free_port()
-    out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115
+def spawn_server(port: int, *extra: str, out: Any = subprocess.DEVNULL) -> subprocess.Popen:
+    """Start a real `wyoming-pivoice server` on loopback (no zeroconf) and wait until it listens."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "wyoming_pivoice",
-            "server",
-            "--uri",
-            f"tcp://127.0.0.1:{port}",
-            "--no-zeroconf",
-            *extra,
-        ],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        cwd=REPO,
+        [sys.executable, "-m", "wyoming_pivoice", "server",
+         "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf", *extra],
+        stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    )  # fmt: skip
     try:
         wait_for_port(port, proc=proc)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc
+
+
+@contextlib.contextmanager
+def server_process(*extra: str, port: int | None = None, log: Path | None = None) -> Iterator[int]:
+    """A real server for the duration of the block; yields its port."""
+    port = port or free_port()
+    out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115
+    proc = spawn_server(port, *extra, out=out)
+    try:
         yield port
     finally:
         proc.terminate()

@@ -10,27 +10,8 @@ import threading
 import time
 from pathlib import Path
 
-from .helpers import REPO, free_port, wait_for_port
+from .helpers import REPO, free_port, spawn_server
 from .test_satellite_standalone import silence, spoken, words
-
-
-def start_server(port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "wyoming_pivoice",
-            "server",
-            "--uri",
-            f"tcp://127.0.0.1:{port}",
-            "--no-zeroconf",
-        ],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for_port(port, proc=proc)
-    return proc
 
 
 def test_server_killed_mid_turn_is_reported_and_the_satellite_comes_back(tmp_path: Path) -> None:
@@ -47,7 +28,7 @@ def test_server_killed_mid_turn_is_reported_and_the_satellite_comes_back(tmp_pat
     )
     log = tmp_path / "turns.jsonl"
     port = free_port()
-    server = start_server(port)
+    server = spawn_server(port)
     sat = subprocess.Popen(
         [
             sys.executable,
@@ -86,7 +67,7 @@ def test_server_killed_mid_turn_is_reported_and_the_satellite_comes_back(tmp_pat
         assert endpoint.wait(60), "".join(lines[-30:])
         server.kill()  # mid-turn: ASR or the LLM is running for turn 1
         server.wait()
-        server = start_server(port)
+        server = spawn_server(port)
         back = time.monotonic()
         go.touch()
         assert sat.wait(180) == 0, "".join(lines[-30:])
