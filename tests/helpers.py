@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import subprocess
 import sys
-import time
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +15,9 @@ from typing import Any
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 
+from wyoming_pivoice.ports import free_port, wait_for_port
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def make_speech(
@@ -69,17 +63,6 @@ def read_wav(path: Path) -> tuple[bytes, int, int, int]:
             wav.getsampwidth(),
             wav.getnchannels(),
         )
-
-
-def wait_for_port(port: int, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before listening")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on {port} after {timeout} s")
 
 
 def spawn_server(port: int, *extra: str, out: Any = subprocess.DEVNULL) -> subprocess.Popen:

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -17,28 +16,12 @@ from urllib.parse import urlparse
 
 import psutil
 
+from ..ports import free_port, wait_for_port
 from . import procstats
 
 # The server logs "Loaded <slot name> in <seconds> s" when a model slot has loaded.
 _LOADED = re.compile(r"Loaded (?P<name>.+?) in (?P<seconds>[0-9.]+) s")
 _SLOTS = {"asr": "ASR", "tts": "TTS", "llm": "LLM"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for_port(port: int, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before listening")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on port {port} after {timeout:.0f} s")
 
 
 @dataclass
