@@ -181,7 +181,7 @@ def test_server_log_compute_is_attributed_to_its_turn() -> None:
             "2026-01-01 00:00:10,000 INFO wyoming_pivoice.server.handler: Transcribed 1.50 s of "
             "audio in 0.700 s: 'turn on the lights'",
             "2026-01-01 00:00:10,300 INFO wyoming_pivoice.server.handler: Spoke 1.00 s of audio "
-            "(first audio 0.150 s) for 'Sure, the lights are on now.'",
+            "in 0.250 s (first audio 0.150 s) for 'Sure, the lights are on now.'",
             "2026-01-01 00:00:10,400 INFO wyoming_pivoice.server.handler: Answered in 0.400 s "
             "(first token 0.050 s): 'Sure, the lights are on now. Anything else?'",
             "2026-01-01 00:00:30,000 INFO wyoming_pivoice.server.handler: Transcribed 1.00 s of "
@@ -216,3 +216,31 @@ def test_server_log_compute_is_attributed_to_its_turn() -> None:
     assert compute["llm_tokens"] == 6
     assert compute["llm"] == round((0.05 + 5 * 0.35 / 7) * 1000, 1)
     assert turn["stages_ms"]["overhead"] == round((1.3 - compute["total"] / 1000) * 1000, 1)
+
+    # Sequential: the whole reply, and the whole synthesis (nothing plays before it is in).
+    sequential = {**turn, "pipeline": "sequential", "stages_ms": {}}
+    assert serverlog.attribute([sequential], entries, words, min_clause_chars=24) == 1
+    compute = sequential["server_compute_ms"]
+    assert compute["llm"] == 400.0 and compute["tts_first_audio"] == 250.0
+    assert compute["total"] == 700.0 + 400.0 + 250.0
+
+
+def test_peer_tts_comparison_times_first_audio_and_complete_audio(server_port: int) -> None:
+    """The peers' TTS measurement, against our own server as the 'peer' (same protocol):
+    every figure is a real timing, and a reply's audio is complete only after it began."""
+    import asyncio
+
+    from wyoming_pivoice.bench import peers
+
+    uri = f"tcp://127.0.0.1:{server_port}"
+    result = asyncio.run(peers._compare_tts(uri, uri, 1, 24, None))
+    assert result["status"] == "ok"
+    assert len(result["replies"]) == len(peers.THREE_SENTENCE_REPLIES)
+    for reply in result["replies"]:
+        assert reply["first_phrase"] and reply["text"].startswith(reply["first_phrase"])
+        assert 0 < reply["peer_ms"] < reply["peer_complete_ms"]
+    # Three sentences take longer to complete than the first one to start.
+    assert result["peer_complete_ms"]["median"] > result["peer_ms"]["median"]
+    assert (
+        0 < result["ratio_pivoice_first_phrase_vs_complete"] < result["ratio_pivoice_first_phrase"]
+    )

@@ -26,6 +26,7 @@ class ServerSettings:
     tts: TtsSettings = field(default_factory=TtsSettings)
     llm: LlmSettings = field(default_factory=LlmSettings)
     llm_lazy: bool = False
+    audio_first: bool = True  # the LLM waits while Piper synthesizes (engines/priority.py)
     llm_languages: tuple[str, ...] = ("en",)
     limits: Limits = field(default_factory=Limits)
     zeroconf: ZeroconfSettings = field(default_factory=ZeroconfSettings)

@@ -7,8 +7,8 @@ For each turn, with the server idle and nothing else running:
   model needs for the turn's actual first phrase (or whole reply, sequential) is
   first-token time + (its token count − 1) × the time per token — sampling may word a
   replay differently, the token count of the real reply does not change;
-- TTS: time to the first audio of what the pipeline sent first (the first phrase,
-  streaming; the whole reply, sequential, which Piper splits into sentences itself).
+- TTS: time to the first audio of the first phrase (streaming), or to all the audio of
+  the whole reply (sequential: nothing plays before it is complete).
 
 This is the models' cost in isolation (`--replay`); the bench's pipeline overhead comes
 from the server's own timing of each turn (serverlog.py) when its log can be read, and
@@ -74,7 +74,10 @@ def replay(
             first_token_s.append(first)
             if rate is not None:
                 per_token.append(rate)
-            tts_s.append(_seconds(lambda t=spoken_first: next(iter(tts.sentences(t)))))
+            if sequential:  # nothing plays before the whole reply's audio is in
+                tts_s.append(_seconds(lambda t=reply: tts.synthesize(t)))
+            else:
+                tts_s.append(_seconds(lambda t=spoken_first: next(iter(tts.sentences(t)))))
         figures = {
             "asr": min(asr_s),
             "llm_first_token": min(first_token_s),

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..engines.asr import AsrSettings, WhisperAsr
 from ..engines.llm import LlamaChat, LlmSettings
+from ..engines.priority import AudioFirst
 from ..engines.tts import PiperTts, TtsSettings
 from ..text import split_all
 from .corpus import RATE, Utterance
@@ -275,6 +276,15 @@ def overlap_knobs(
     tts = PiperTts(base_tts)
     tts.synthesize("Warming up.")
     out: dict[str, Any] = {}
+    out["TTS alone"] = {
+        "tts_first_audio_ms": _ms(
+            [
+                _timed(lambda p=phrase: next(iter(tts.sentences(p))))[0]
+                for _rep in range(reps)
+                for phrase in phrases
+            ]
+        )
+    }
     for threads in (1, 2):
         llm = LlamaChat(replace(base_llm, threads=threads))
         _first_token(llm, "Hello.", 8)
@@ -313,6 +323,10 @@ def overlap_knobs(
             "llm_tokens_per_s_while_tts": round(statistics.median(rates), 1) if rates else None,
             "tts_first_audio_while_llm_ms": _ms(first_audio),
         }
+        if threads == 2:
+            out["LLM threads 2, audio first"] = {
+                "tts_first_audio_while_llm_ms": _ms(_audio_first_overlap(llm, tts, phrases, reps))
+            }
         del llm
         gc.collect()
         if progress:
@@ -322,6 +336,34 @@ def overlap_knobs(
         "LLM decodes, per LLM thread count (in process)",
         "variants": out,
     }
+
+
+def _audio_first_overlap(
+    llm: LlamaChat, tts: PiperTts, phrases: list[str], reps: int
+) -> list[float]:
+    """Piper's first audio while the LLM decodes flat out but yields to it (the server's
+    default, engines/priority.py)."""
+    audio_first = AudioFirst()
+    stop = threading.Event()
+    messages = [{"role": "user", "content": "Tell me a long story about a lighthouse."}]
+
+    def think_forever() -> None:
+        while not stop.is_set():
+            for _piece in llm.stream(messages, max_tokens=64, pause=audio_first.pause):
+                if stop.is_set():
+                    break
+
+    worker = threading.Thread(target=think_forever, daemon=True)
+    worker.start()
+    try:
+        return [
+            _timed(lambda p=phrase: next(iter(audio_first.while_speaking(tts.sentences(p)))))[0]
+            for _rep in range(reps)
+            for phrase in phrases
+        ]
+    finally:
+        stop.set()
+        worker.join()
 
 
 def run(

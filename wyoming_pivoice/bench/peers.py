@@ -7,8 +7,10 @@ the very model files our server uses, and both servers get the same requests:
 - ASR: the same utterance audio (as the satellite would send it at the endpoint); the
   clock runs from `audio-stop` to the `transcript` event.
 - TTS: the same three-sentence replies with a plain `synthesize`; the clock runs from the
-  request to the first `audio-chunk`. Ours is also timed as our satellite asks for it
-  (the first phrase on its own), since that is what the user hears first.
+  request to the first `audio-chunk`, and for the peer also to its `audio-stop` (a
+  non-streaming client such as Home Assistant's plain TTS plays nothing before). Ours
+  is also timed as our satellite asks for it (the first phrase on its own), since that
+  is what the user hears first.
 
 Requests alternate between the two servers so drift and warm-up hit both alike.
 """
@@ -114,8 +116,10 @@ async def asr_latency(uri: str, pcm: bytes) -> tuple[float, str]:
                 return time.monotonic() - start, Transcript.from_event(event).text
 
 
-async def tts_first_audio(uri: str, texts: list[str]) -> float:
-    """Seconds from the first `synthesize` to the first audio-chunk, one `synthesize` per text."""
+async def tts_timing(uri: str, texts: list[str]) -> tuple[float, float]:
+    """Seconds from the first `synthesize` to the first audio-chunk, and to the last
+    `audio-stop` (all the audio: when a non-streaming client can play it), one
+    `synthesize` per text."""
     host, port = uri.removeprefix("tcp://").rsplit(":", 1)
     async with AsyncTcpClient(host, int(port)) as client:
         start = time.monotonic()
@@ -134,7 +138,7 @@ async def tts_first_audio(uri: str, texts: list[str]) -> float:
             elif AudioStop.is_type(event.type):
                 stops += 1
         assert first is not None
-        return first
+        return first, time.monotonic() - start
 
 
 def _median_ms(values: list[float]) -> float:
@@ -287,50 +291,49 @@ async def _compare_asr(
 async def _compare_tts(
     ours: str, peer: str, rounds: int, min_clause_chars: int, progress: Callable[[str], None] | None
 ) -> dict[str, Any]:
-    await tts_first_audio(ours, ["Warming up."])
-    await tts_first_audio(peer, ["Warming up."])
+    await tts_timing(ours, ["Warming up."])
+    await tts_timing(peer, ["Warming up."])
     rows = []
     for text in THREE_SENTENCE_REPLIES:
         first_phrase = split_all(text, min_clause_chars)[0]
         results = await _alternate(
             rounds,
             {
-                "pivoice_plain": lambda text=text: tts_first_audio(ours, [text]),
-                "pivoice_first_phrase": lambda p=first_phrase: tts_first_audio(ours, [p]),
-                "peer": lambda text=text: tts_first_audio(peer, [text]),
+                "pivoice_plain": lambda text=text: tts_timing(ours, [text]),
+                "pivoice_first_phrase": lambda p=first_phrase: tts_timing(ours, [p]),
+                "peer": lambda text=text: tts_timing(peer, [text]),
             },
         )
-        rows.append(
-            {
-                "text": text,
-                "first_phrase": first_phrase,
-                **{name: values for name, values in results.items()},
-            }
-        )
+        row: dict[str, Any] = {"text": text, "first_phrase": first_phrase}
+        for name, timings in results.items():
+            row[name] = [first for first, _all in timings]
+        row["peer_complete"] = [complete for _first, complete in results["peer"]]
+        rows.append(row)
         if progress:
             progress("peers tts")
+    names = ("pivoice_plain", "pivoice_first_phrase", "peer", "peer_complete")
     out: dict[str, Any] = {
         "status": "ok",
         "what": "seconds from the request to the first audio-chunk of a three-sentence reply; "
-        "peer: plain synthesize (it splits sentences itself); pivoice_plain: the same "
-        "request; pivoice_first_phrase: what our satellite sends first (the first "
-        f"phrase, clauses cut at >= {min_clause_chars} chars)",
+        "peer: plain synthesize (it splits sentences itself); peer_complete: the same "
+        "request to its audio-stop, when a non-streaming client (Home Assistant's plain "
+        "TTS builds the whole WAV) can start playing; pivoice_plain: the same request to "
+        "us; pivoice_first_phrase: what our satellite sends first (the first phrase, "
+        f"clauses cut at >= {min_clause_chars} chars)",
     }
-    for name in ("pivoice_plain", "pivoice_first_phrase", "peer"):
+    for name in names:
         values = [v for row in rows for v in row[name]]
         out[f"{name}_ms"] = {"median": _median_ms(values), "p90": _p90_ms(values)}
-    peer_median = statistics.median([v for row in rows for v in row["peer"]])
-    for name in ("pivoice_plain", "pivoice_first_phrase"):
-        values = [v for row in rows for v in row[name]]
-        out[f"ratio_{name}"] = round(statistics.median(values) / peer_median, 3)
+    for versus, suffix in (("peer", ""), ("peer_complete", "_vs_complete")):
+        base = statistics.median([v for row in rows for v in row[versus]])
+        for name in ("pivoice_plain", "pivoice_first_phrase"):
+            values = [v for row in rows for v in row[name]]
+            out[f"ratio_{name}{suffix}"] = round(statistics.median(values) / base, 3)
     out["replies"] = [
         {
             "text": row["text"],
             "first_phrase": row["first_phrase"],
-            **{
-                f"{name}_ms": _median_ms(row[name])
-                for name in ("pivoice_plain", "pivoice_first_phrase", "peer")
-            },
+            **{f"{name}_ms": _median_ms(row[name]) for name in names},
         }
         for row in rows
     ]

@@ -304,6 +304,12 @@ def render_peers(peers: dict[str, Any]) -> list[str]:
             f" pivoice first phrase {tts['pivoice_first_phrase_ms']['median']:.0f} ms (ratio "
             f"{tts['ratio_pivoice_first_phrase']:.2f})"
         )
+        out.append(
+            f"  TTS as a non-streaming client gets it (wyoming-piper's audio-stop) "
+            f"{tts['peer_complete_ms']['median']:.0f} ms; pivoice first phrase ratio "
+            f"{tts['ratio_pivoice_first_phrase_vs_complete']:.2f}, same request ratio "
+            f"{tts['ratio_pivoice_plain_vs_complete']:.2f}"
+        )
     else:
         out.append(f"  TTS: {tts.get('status', 'not run')}")
     out.append("")
@@ -335,7 +341,10 @@ def render_knobs(knobs: dict[str, Any]) -> list[str]:
     for name, row in knobs["tts"]["variants"].items():
         rows.append([f"TTS {name}", _cell(row["ms"]), "", ""])
     for name, row in knobs.get("overlap", {}).get("variants", {}).items():
-        rate = row["llm_tokens_per_s_while_tts"]
+        if "tts_first_audio_ms" in row:
+            rows.append([f"TTS first audio, {name}", _cell(row["tts_first_audio_ms"]), "", ""])
+            continue
+        rate = row.get("llm_tokens_per_s_while_tts")
         rows.append(
             [
                 f"TTS first audio while LLM runs, {name}",

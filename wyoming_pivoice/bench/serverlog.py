@@ -1,7 +1,7 @@
 """Model compute of each turn as the server itself timed it, read from its log.
 
 The server logs, per request, how long the model took: "Transcribed … in X s",
-"Answered in X s (first token Y s)" and "Spoke … (first audio Z s)". Those lines are
+"Answered in X s (first token Y s)" and "Spoke … in W s (first audio Z s)". Those lines are
 stamped with the wall clock; the bench knows the offset between the wall clock and the
 monotonic clock of the satellite's stamps, so each line falls inside the time window of
 exactly one turn (turns run one at a time). This is the compute of the very turn, under
@@ -10,7 +10,8 @@ the very load it ran with, so E2E minus it is the pipeline's own cost.
 Critical-path compute of a turn:
 - streaming: ASR + LLM first token + (tokens of the first phrase − 1) × time per token
   + TTS first audio of the first phrase;
-- sequential: ASR + the whole LLM reply + TTS first audio of the reply.
+- sequential: ASR + the whole LLM reply + the whole TTS of the reply (nothing plays
+  before all of its audio is in, as with Home Assistant's non-streaming TTS).
 The time per token of a turn comes from its own "Answered" line: (total − first token)
 / (reply tokens − 1), tokens counted with the model's own tokenizer.
 """
@@ -31,7 +32,7 @@ _LINE = re.compile(
     r"^(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ wyoming_pivoice\.server\.handler: "
     r"(?:Transcribed [0-9.]+ s of audio in (?P<asr>[0-9.]+) s"
     r"|Answered in (?P<llm>[0-9.]+) s \(first token (?P<ttft>[0-9.]+) s\)"
-    r"|Spoke [0-9.]+ s of audio \(first audio (?P<tts>[0-9.]+) s\))",
+    r"|Spoke [0-9.]+ s of audio in (?P<tts_all>[0-9.]+) s \(first audio (?P<tts>[0-9.]+) s\))",
     re.MULTILINE,
 )
 
@@ -41,7 +42,7 @@ class LogEntry:
     at: float  # monotonic time of the line (the end of that request)
     kind: str  # asr | llm | tts
     seconds: float
-    first_token: float | None = None
+    first: float | None = None  # llm: to the first token; tts: to the first audio
 
 
 def clock_offset() -> float:
@@ -59,7 +60,7 @@ def parse(log_text: str, offset: float) -> list[LogEntry]:
         elif match["llm"]:
             entries.append(LogEntry(at, "llm", float(match["llm"]), float(match["ttft"])))
         else:
-            entries.append(LogEntry(at, "tts", float(match["tts"])))
+            entries.append(LogEntry(at, "tts", float(match["tts_all"]), float(match["tts"])))
     return entries
 
 
@@ -92,7 +93,7 @@ def attribute(
         answer = llm[-1]
         reply = turn["reply"]
         reply_tokens = count_tokens(reply)
-        first_token = answer.first_token or 0.0
+        first_token = answer.first or 0.0
         per_token = (answer.seconds - first_token) / (reply_tokens - 1) if reply_tokens > 1 else 0.0
         if turn["pipeline"] == "sequential":
             llm_s = answer.seconds
@@ -101,7 +102,7 @@ def attribute(
             phrase = (split_all(reply, min_clause_chars) or [reply])[0]
             phrase_tokens = count_tokens(phrase)
             llm_s = first_token + max(0, phrase_tokens - 1) * per_token
-        tts_s = tts[0].seconds
+        tts_s = tts[0].seconds if turn["pipeline"] == "sequential" else tts[0].first or 0.0
         compute_s = asr_s + llm_s + tts_s
         turn["server_compute_ms"] = {
             "asr": round(asr_s * 1000, 1),

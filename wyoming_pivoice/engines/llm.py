@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..models import resolve_llm
@@ -54,8 +54,12 @@ class LlamaChat:
         messages: list[Message],
         max_tokens: int | None = None,
         cancel: threading.Event | None = None,
+        pause: Callable[[], None] | None = None,
     ) -> Iterator[str]:
-        """Yield the reply's text pieces as llama.cpp produces them."""
+        """Yield the reply's text pieces as llama.cpp produces them.
+
+        `pause` runs before each next token (audio first: see engines/priority.py).
+        """
         chunks = self.llama.create_chat_completion(
             messages=messages,  # type: ignore[arg-type]
             max_tokens=max_tokens or self.settings.max_tokens,
@@ -69,6 +73,8 @@ class LlamaChat:
                 piece = chunk["choices"][0]["delta"].get("content")  # type: ignore[index]
                 if piece:
                     yield piece
+                if pause is not None:
+                    pause()
         finally:
             chunks.close()  # type: ignore[union-attr]
 

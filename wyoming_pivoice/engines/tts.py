@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..memory import ShrinkingSession, trim
 from ..models import resolve_voice
 
 
@@ -17,6 +18,9 @@ class TtsSettings:
     speaker: str | None = None  # a name from the voice's speaker map, or an id
     length_scale: float | None = None
     voice_dirs: tuple[str, ...] = ()
+    # Keep onnxruntime's memory arena between runs: ≈ 13 % faster synthesis, but the
+    # process grows by hundreds of MiB over varied sentences (see memory.py).
+    keep_arena: bool = False
 
 
 class PiperTts:
@@ -31,6 +35,8 @@ class PiperTts:
         self.settings = settings
         self.model_path = resolve_voice(settings.voice, [Path(d) for d in settings.voice_dirs])
         self.voice = PiperVoice.load(self.model_path)
+        if not settings.keep_arena:
+            self.voice.session = ShrinkingSession(self.voice.session)
         self._config_cls = SynthesisConfig
         config = json.loads(Path(f"{self.model_path}.json").read_text(encoding="utf-8"))
         self.language = (config.get("language") or {}).get("code", "en_US")
@@ -61,10 +67,14 @@ class PiperTts:
         config = self._config_cls(
             speaker_id=self.speaker_id(speaker), length_scale=self.settings.length_scale
         )
-        for chunk in self.voice.synthesize(text, syn_config=config):
-            if cancel is not None and cancel.is_set():
-                return
-            yield chunk.audio_int16_bytes
+        try:
+            for chunk in self.voice.synthesize(text, syn_config=config):
+                if cancel is not None and cancel.is_set():
+                    return
+                yield chunk.audio_int16_bytes
+        finally:
+            if not self.settings.keep_arena:
+                trim()
 
     def warm_up(self) -> None:
         """One short sentence, so onnxruntime's first-run cost is paid at start."""

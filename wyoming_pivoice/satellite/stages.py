@@ -243,16 +243,31 @@ async def _read_audio(
     audio: asyncio.Queue[AudioPiece | None],
     clock: TurnClock,
     until: str,
+    whole: bool = False,
 ) -> None:
-    """Forward audio-chunks to `audio` until an event of type `until`."""
+    """Forward audio-chunks to `audio` until an event of type `until`.
+
+    `whole`: hold every chunk until `until`, as a non-streaming client does (Home
+    Assistant's plain TTS builds the whole WAV before anything plays); the TTS clock
+    then stops when the audio is complete.
+    """
+    held: list[AudioPiece] = []
     while True:
         event = await conn.receive()
         if AudioChunk.is_type(event.type):
             chunk = AudioChunk.from_event(event)
             if chunk.audio:
-                clock.mark_once("tts_first_audio")
-                audio.put_nowait(AudioPiece(chunk.audio, chunk.rate, chunk.width, chunk.channels))
+                piece = AudioPiece(chunk.audio, chunk.rate, chunk.width, chunk.channels)
+                if whole:
+                    held.append(piece)
+                else:
+                    clock.mark_once("tts_first_audio")
+                    audio.put_nowait(piece)
         elif event.type == until:
+            if held:
+                clock.mark_once("tts_first_audio")
+                for piece in held:
+                    audio.put_nowait(piece)
             return
 
 
@@ -295,7 +310,8 @@ class StreamingSynthesizer:
 
 
 class WholeSynthesizer:
-    """One plain `synthesize` of the whole reply once it is complete."""
+    """One plain `synthesize` of the whole reply once it is complete; nothing plays until
+    all of its audio is in, as with Home Assistant's non-streaming TTS."""
 
     def __init__(self, link: ServerLink) -> None:
         self.link = link
@@ -316,6 +332,6 @@ class WholeSynthesizer:
             async with self.link.connect("synthesis") as conn:
                 clock.mark("tts_request")
                 await conn.send(Synthesize(text=text).event())
-                await _read_audio(conn, audio, clock, AudioStop().event().type)
+                await _read_audio(conn, audio, clock, AudioStop().event().type, whole=True)
         finally:
             audio.put_nowait(None)

@@ -51,6 +51,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--tts-speaker", default=None, help="speaker name or id of a multi-speaker voice"
     )
     tts.add_argument("--tts-length-scale", type=float, default=None, help="< 1 speaks faster")
+    tts.add_argument(
+        "--tts-keep-arena",
+        action="store_true",
+        help="keep onnxruntime's memory arena between sentences: ≈ 13%% faster, "
+        "but the server grows by hundreds of MiB over time",
+    )
 
     llm = parser.add_argument_group("conversation (llama.cpp)")
     llm.add_argument(
@@ -72,6 +78,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--llm-lazy",
         action="store_true",
         help="load the LLM on the first conversation turn instead of at start",
+    )
+    llm.add_argument(
+        "--no-audio-first",
+        action="store_true",
+        help="let the LLM run on while Piper synthesizes (by default it waits: audio first)",
     )
 
     limits = parser.add_argument_group("limits")
@@ -113,6 +124,7 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
             speaker=args.tts_speaker,
             length_scale=args.tts_length_scale,
             voice_dirs=tuple(args.voice_dir),
+            keep_arena=args.tts_keep_arena,
         ),
         llm=LlmSettings(
             model=args.llm_model,
@@ -122,6 +134,7 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
             system_prompt=args.system_prompt,
         ),
         llm_lazy=args.llm_lazy,
+        audio_first=not args.no_audio_first,
         llm_languages=tuple(args.llm_language or ["en"]),
         limits=Limits(
             max_audio_seconds=args.max_audio_seconds,

@@ -391,7 +391,10 @@ class PivoiceEventHandler(AsyncEventHandler):
         first: float | None = None
         await self.write_event(HandledStart(context=context).event())
         pieces: list[str] = []
-        stream = self.services.llm.stream(lambda llm, cancel: llm.stream(messages, cancel=cancel))
+        pause = self.services.audio_first.pause
+        stream = self.services.llm.stream(
+            lambda llm, cancel: llm.stream(messages, cancel=cancel, pause=pause)
+        )
         async with contextlib.aclosing(stream):
             async for piece in stream:
                 if first is None:
@@ -467,8 +470,11 @@ class PivoiceEventHandler(AsyncEventHandler):
         await self.write_event(AudioStart(rate=rate, width=width, channels=channels).event())
         step = SAMPLES_PER_CHUNK * width * channels
         samples = 0
+        audio_first = self.services.audio_first
         stream = self.services.tts.stream(
-            lambda engine, cancel: engine.sentences(text, speaker, cancel)
+            lambda engine, cancel: audio_first.while_speaking(
+                engine.sentences(text, speaker, cancel)
+            )
         )
         try:
             async with contextlib.aclosing(stream):
@@ -498,8 +504,9 @@ class PivoiceEventHandler(AsyncEventHandler):
         await self.write_event(AudioStop(timestamp=int(samples * 1000 / rate)).event())
         self.services.count("synthesize")
         _LOGGER.info(
-            "Spoke %.2f s of audio (first audio %.3f s) for %r",
+            "Spoke %.2f s of audio in %.3f s (first audio %.3f s) for %r",
             samples / rate,
+            time.monotonic() - start,
             first or 0.0,
             text,
         )

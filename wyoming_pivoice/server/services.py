@@ -9,6 +9,7 @@ from typing import TypeVar
 from ..conversation import ConversationStore
 from ..engines.asr import WhisperAsr
 from ..engines.llm import LlamaChat
+from ..engines.priority import AudioFirst
 from ..engines.runtime import ModelSlot
 from ..engines.tts import PiperTts
 from ..settings import ServerSettings
@@ -31,6 +32,7 @@ class Services:
     tts: ModelSlot[PiperTts]
     llm: ModelSlot[LlamaChat]
     conversations: ConversationStore
+    audio_first: AudioFirst = field(default_factory=AudioFirst)
     clients: int = 0
     served: dict[str, int] = field(default_factory=dict)  # requests answered, by kind
 
@@ -43,6 +45,7 @@ class Services:
             tts=ModelSlot("TTS (piper)", lambda: warmed(PiperTts(settings.tts))),
             llm=ModelSlot("LLM (llama.cpp)", lambda: warmed(LlamaChat(settings.llm))),
             conversations=ConversationStore(settings.llm.system_prompt),
+            audio_first=AudioFirst(enabled=settings.audio_first),
         )
 
     def start_loading(self) -> None:
