@@ -11,7 +11,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from .helpers import REPO
@@ -49,9 +48,8 @@ async def _describe(host: str, port: int) -> str | None:
 
 
 def main(workdir: Path) -> int:
-    from zeroconf import ServiceBrowser, ServiceStateChange, Zeroconf
-
     from tests.helpers import free_port, wait_for_port
+    from tests.zeroconf_probe import browse_first
 
     port = free_port()
     with open(workdir / "satellite.log", "w") as log:
@@ -61,29 +59,14 @@ def main(workdir: Path) -> int:
              "--name", "Probe satellite", "--snd-device", "null", "--mic-command", "true"],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
-    found: dict[str, object] = {}
-    zc = Zeroconf()
     try:
         wait_for_port(port, proc=sat)
-
-        def on_change(
-            zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange
-        ) -> None:
-            if state_change is ServiceStateChange.Added:
-                info = zeroconf.get_service_info(service_type, name, timeout=3000)
-                if info is not None:
-                    found.update(name=name, port=info.port, addresses=info.parsed_addresses())
-
-        ServiceBrowser(zc, SERVICE, handlers=[on_change])
-        deadline = time.monotonic() + 20
-        while not found and time.monotonic() < deadline:
-            time.sleep(0.1)
+        found = browse_first()
         if found:
             addresses = found["addresses"]
             assert isinstance(addresses, list) and isinstance(found["port"], int)
             found["satellite"] = asyncio.run(_describe(addresses[0], found["port"]))
     finally:
-        zc.close()
         sat.terminate()
         sat.wait(10)
     print(json.dumps({"expected_port": port, **found}))

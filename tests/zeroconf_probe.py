@@ -1,5 +1,7 @@
 """Run inside a private network namespace (see test_zeroconf.py): start the real server with
-zeroconf on, browse for `_wyoming._tcp.local.` and print what was found as JSON."""
+zeroconf on, browse for `_wyoming._tcp.local.` and print what was found as JSON.
+
+`browse_first` is also the probe of test_ha_satellite_zeroconf.py."""
 
 from __future__ import annotations
 
@@ -13,6 +15,29 @@ from zeroconf import ServiceBrowser, ServiceStateChange, Zeroconf
 from tests.helpers import free_port, wait_for_port
 
 SERVICE = "_wyoming._tcp.local."
+
+
+def browse_first(timeout: float = 20.0) -> dict[str, object]:
+    """Browse as Home Assistant does; the first service resolved: name, port, addresses."""
+    found: dict[str, object] = {}
+    zc = Zeroconf()
+    try:
+
+        def on_change(
+            zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange
+        ) -> None:
+            if state_change is ServiceStateChange.Added:
+                info = zeroconf.get_service_info(service_type, name, timeout=3000)
+                if info is not None:
+                    found.update(name=name, port=info.port, addresses=info.parsed_addresses())
+
+        ServiceBrowser(zc, SERVICE, handlers=[on_change])
+        deadline = time.monotonic() + timeout
+        while not found and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        zc.close()
+    return found
 
 
 def main() -> int:
@@ -33,25 +58,10 @@ def main() -> int:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    found: dict[str, object] = {}
-    zc = Zeroconf()
     try:
         wait_for_port(port, proc=server)
-
-        def on_change(
-            zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange
-        ) -> None:
-            if state_change is ServiceStateChange.Added:
-                info = zeroconf.get_service_info(service_type, name, timeout=3000)
-                if info is not None:
-                    found.update(name=name, port=info.port, addresses=info.parsed_addresses())
-
-        ServiceBrowser(zc, SERVICE, handlers=[on_change])
-        deadline = time.monotonic() + 20
-        while not found and time.monotonic() < deadline:
-            time.sleep(0.1)
+        found = browse_first()
     finally:
-        zc.close()
         server.terminate()
         server.wait(10)
     print(json.dumps({"expected_port": port, "expected_name": f"{name}.{SERVICE}", **found}))

@@ -122,8 +122,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--pipeline",
         choices=["streaming", "sequential"],
         default="streaming",
-        help="sequential: whole transcript, whole reply, one synthesize, then play "
-        "(the baseline, no speculation)",
+        help="sequential: whole transcript, whole reply, one synthesize, and play once all "
+        "its audio is in, as Home Assistant's non-streaming TTS does (the baseline, no "
+        "speculation)",
     )
     turn.add_argument("--timing-log", default=None, help="append one JSON line per turn here")
     turn.add_argument(
