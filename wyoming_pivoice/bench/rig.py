@@ -161,12 +161,10 @@ class Rig:
         self.settings = settings
         self.mic = ScriptedMic()
         self.sink = NullSink(realtime=realtime_playback)
-        self.satellite = Satellite(settings, source=self.mic, sink=self.sink)
         self.timing = RecordingTiming()
-        self.satellite.timing = self.timing
-        self.satellite.player.timing = self.timing
-        self.recognizer = RecordingRecognizer(self.satellite.turns.stages.asr)
-        self.satellite.turns.stages.asr = self.recognizer
+        self.satellite = Satellite(settings, source=self.mic, sink=self.sink, timing=self.timing)
+        self.recognizer = RecordingRecognizer(self.satellite.stages.asr)
+        self.satellite.stages.asr = self.recognizer
         self._task: asyncio.Task[int] | None = None
 
     async def start(self) -> None:
@@ -176,7 +174,7 @@ class Rig:
         """Say `pcm`; return once every turn it started has been played and recorded."""
         sat = self.satellite
         first_record = len(self.timing.records)  # 0 unless a late turn came in between
-        started_turns = sat.turns.count
+        started_turns = sat.turns_started
         said = self.mic.play(pcm)
         deadline = time.monotonic() + timeout
         timed_out = False
@@ -188,9 +186,9 @@ class Rig:
                 raise RuntimeError("the satellite stopped")
             done = (
                 said.done.is_set()
-                and not sat.endpointer.in_speech
-                and sat.turns.count > started_turns
-                and len(self.timing.records) - first_record >= sat.turns.count - started_turns
+                and not sat.in_speech
+                and sat.turns_started > started_turns
+                and len(self.timing.records) - first_record >= sat.turns_started - started_turns
             )
             settled = settled + 1 if done else 0
             if settled >= 3:  # stable for 60 ms: no endpoint event still on its way

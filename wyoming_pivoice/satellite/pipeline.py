@@ -354,7 +354,10 @@ class Satellite:
         settings: SatelliteSettings,
         source: AudioSource | None = None,
         sink: AudioSink | None = None,
+        timing: TimingLog | None = None,
     ) -> None:
+        """`source`/`sink`/`timing` default to what the settings name; passing them lets a
+        host (the bench) drive the microphone and collect each turn's timing itself."""
         if settings.pipeline == "sequential" and settings.vad.speculate_ms:
             # The sequential pipeline is the baseline: no speculation either.
             settings = replace(settings, vad=replace(settings.vad, speculate_ms=0))
@@ -370,16 +373,26 @@ class Satellite:
             from .wake import WakeWord
 
             self.wake = WakeWord(settings.wake_word)
-        self.timing = TimingLog(settings.timing_log)
+        self.timing = timing or TimingLog(settings.timing_log)
         self.player = Player(self.sink, self.timing)
         # With a wake word, speech reaches the endpointer only after it: the word itself barges in.
         on_wake = self.player.interrupt if settings.barge_in else None
         self.listener = Listener(self.source, self.endpointer, self.wake, on_wake=on_wake)
         if settings.awake_wav or settings.done_wav:
             _LOGGER.warning("--awake-wav/--done-wav are played in Home Assistant mode only")
-        self.turns = Turns(
-            settings, make_stages(settings, self.link), self.player, self.listener.stop
-        )
+        # The server-facing stages, swappable (e.g. a recording ASR stage in the bench).
+        self.stages = make_stages(settings, self.link)
+        self.turns = Turns(settings, self.stages, self.player, self.listener.stop)
+
+    @property
+    def turns_started(self) -> int:
+        """Utterances heard so far (each becomes a turn once its endpoint comes)."""
+        return self.turns.count
+
+    @property
+    def in_speech(self) -> bool:
+        """The endpointer is inside an utterance (its endpoint is still to come)."""
+        return self.endpointer.in_speech
 
     async def run(self) -> int:
         """Run until the microphone ends (or --max-turns); returns the number of turns."""
