@@ -48,7 +48,7 @@ class RecordingLlm:
     def __init__(self) -> None:
         self.prompts: list[list[dict[str, str]]] = []
 
-    def stream(self, messages, max_tokens=None, cancel=None):
+    def stream(self, messages, max_tokens=None, cancel=None, pause=None):
         self.prompts.append([dict(m) for m in messages])
         yield "Paris is "
         yield "the capital."

@@ -43,11 +43,11 @@ class FailingLlm:
     def __init__(self, real: LlamaChat) -> None:
         self.real = real
 
-    def stream(self, messages, max_tokens=None, cancel=None) -> Iterator[str]:
+    def stream(self, messages, max_tokens=None, cancel=None, pause=None) -> Iterator[str]:
         failing = FAIL in messages[-1]["content"]
         if failing and "at once" in messages[-1]["content"]:
             raise EngineFailure("llama.cpp failed before the first token")
-        for i, piece in enumerate(self.real.stream(messages, max_tokens, cancel)):
+        for i, piece in enumerate(self.real.stream(messages, max_tokens, cancel, pause)):
             if failing and i == 3:
                 break
             yield piece
