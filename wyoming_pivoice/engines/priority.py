@@ -1,8 +1,9 @@
 """Audio first: while Piper synthesizes, the LLM waits between tokens.
 
 On a 2-core Pi the streaming pipeline has llama.cpp writing phrase 2 while Piper speaks
-phrase 1, and each slows the other down (here Piper's first audio went from ≈ 200 to
-≈ 800 ms while the LLM decoded flat out). The user waits for audio, not for tokens: the
+phrase 1, and each slows the other down: here Piper's first audio for a first phrase
+took 131 ms alone, 235 ms while the LLM decoded flat out, and 144 ms when the LLM
+yields (`bench --knobs`, overlap). The user waits for audio, not for tokens: the
 LLM only has to stay ahead of playback, and a phrase plays for seconds. So a synthesis
 holds the LLM back at its next token boundary, for at most `max_pause_s` at a time so a
 busy TTS can never starve a conversation.
@@ -19,6 +20,8 @@ T = TypeVar("T")
 
 
 class AudioFirst:
+    """One per server: syntheses mark themselves `speaking`; the LLM `pause`s between tokens."""
+
     def __init__(self, enabled: bool = True, max_pause_s: float = 2.0) -> None:
         self.enabled = enabled
         self.max_pause_s = max_pause_s
