@@ -72,18 +72,19 @@ ASR_VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
+def _engine_key(settings: AsrSettings) -> tuple[object, ...]:
+    """What makes one loaded Whisper engine differ from another (audio trimming does not)."""
+    s = settings
+    return (s.compute_type, s.beam_size, s.without_timestamps, s.threads)
+
+
 def asr_knobs(
     utterances: list[Utterance], base: AsrSettings, reps: int, progress: Progress | None = None
 ) -> dict[str, Any]:
     engines: dict[tuple, tuple[WhisperAsr, float]] = {}
     for change in ASR_VARIANTS.values():
         settings = replace(base, **change)
-        key = (
-            settings.compute_type,
-            settings.beam_size,
-            settings.without_timestamps,
-            settings.threads,
-        )
+        key = _engine_key(settings)
         if key not in engines:
             load_s, engine = _timed(lambda s=settings: WhisperAsr(s))
             engine.transcribe(trimmed(utterances[0]))  # warm-up
@@ -96,15 +97,7 @@ def asr_knobs(
             audio = {"trimmed": trimmed(utterance), "untrimmed": untrimmed(utterance)}
             order = names if rep % 2 == 0 else names[::-1]
             for name in order:
-                settings = replace(base, **ASR_VARIANTS[name])
-                engine, _ = engines[
-                    (
-                        settings.compute_type,
-                        settings.beam_size,
-                        settings.without_timestamps,
-                        settings.threads,
-                    )
-                ]
+                engine, _ = engines[_engine_key(replace(base, **ASR_VARIANTS[name]))]
                 samples = audio["untrimmed" if name == "untrimmed audio" else "trimmed"]
                 seconds, text = _timed(lambda e=engine, a=samples: e.transcribe(a))
                 times[name].append(seconds)
@@ -115,14 +108,7 @@ def asr_knobs(
     out = {}
     for name in names:
         settings = replace(base, **ASR_VARIANTS[name])
-        _, load_s = engines[
-            (
-                settings.compute_type,
-                settings.beam_size,
-                settings.without_timestamps,
-                settings.threads,
-            )
-        ]
+        _, load_s = engines[_engine_key(settings)]
         out[name] = {
             "ms": _ms(times[name]),
             "vs_default": round(statistics.median(times[name]) / base_median, 3),
