@@ -15,6 +15,7 @@ from typing import Any
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 
+from wyoming_pivoice.bench.servers import stop
 from wyoming_pivoice.ports import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,11 +66,10 @@ def read_wav(path: Path) -> tuple[bytes, int, int, int]:
         )
 
 
-def spawn_server(port: int, *extra: str, out: Any = subprocess.DEVNULL) -> subprocess.Popen:
-    """Start a real `wyoming-pivoice server` on loopback (no zeroconf) and wait until it listens."""
+def spawn(port: int, *argv: str, out: Any = subprocess.DEVNULL) -> subprocess.Popen:
+    """Start `python -m wyoming_pivoice *argv` and wait until it listens on `port`."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "wyoming_pivoice", "server",
-         "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf", *extra],
+        [sys.executable, "-m", "wyoming_pivoice", *argv],
         stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -81,6 +81,13 @@ def spawn_server(port: int, *extra: str, out: Any = subprocess.DEVNULL) -> subpr
     return proc
 
 
+def spawn_server(port: int, *extra: str, out: Any = subprocess.DEVNULL) -> subprocess.Popen:
+    """Start a real `wyoming-pivoice server` on loopback (no zeroconf) and wait until it listens."""
+    return spawn(
+        port, "server", "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf", *extra, out=out
+    )
+
+
 @contextlib.contextmanager
 def server_process(*extra: str, port: int | None = None, log: Path | None = None) -> Iterator[int]:
     """A real server for the duration of the block; yields its port."""
@@ -90,11 +97,7 @@ def server_process(*extra: str, port: int | None = None, log: Path | None = None
     try:
         yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         if log:
             out.close()  # type: ignore[union-attr]
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import subprocess
-import sys
 import wave
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,6 +37,7 @@ from wyoming.tts import Synthesize, SynthesizeVoice
 from wyoming.vad import VoiceStarted, VoiceStopped
 from wyoming.wake import Detection
 
+from wyoming_pivoice.bench.servers import stop
 from wyoming_pivoice.satellite.audio_in import WavSource
 from wyoming_pivoice.satellite.audio_out import WavSink
 from wyoming_pivoice.satellite.endpoint import Endpointer
@@ -46,7 +45,7 @@ from wyoming_pivoice.satellite.ha import HaSatellite
 from wyoming_pivoice.satellite.settings import MicSettings, SatelliteSettings, VadSettings
 from wyoming_pivoice.satellite.state import Timeouts
 
-from .helpers import REPO, exchange, free_port, make_speech, read_wav, wait_for_port
+from .helpers import exchange, free_port, make_speech, read_wav, spawn, wait_for_port
 
 HA_CHUNK_BYTES = 2048  # HA's _AUDIO_CHUNK_BYTES: 1024 samples
 TIMEOUT = 60.0
@@ -76,22 +75,14 @@ def satellite(tmp_path: Path, *extra: str) -> Iterator[Satellite]:
     port = free_port()
     log = tmp_path / f"satellite-{port}.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "wyoming_pivoice", "--log-level", "DEBUG", "satellite",
-             "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf", *extra],
-            stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        proc = spawn(
+            port, "--log-level", "DEBUG", "satellite",
+            "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf", *extra, out=out,
         )  # fmt: skip
         try:
-            wait_for_port(port, proc=proc)
             yield Satellite(port, proc, log)
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop(proc)
 
 
 # ---- Home Assistant's side -------------------------------------------------------------------

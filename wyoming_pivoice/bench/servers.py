@@ -102,12 +102,19 @@ def child(
         wait_for_port(port, proc, timeout)
         yield running
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """Terminate a child, kill it if it has not gone after `grace` seconds, and reap it."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @contextlib.contextmanager
