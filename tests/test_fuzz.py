@@ -420,20 +420,20 @@ class Case:
 
 
 endings = st.sampled_from(["half-close", "half-close", "half-close", "vanish", "leave"])
-cases = st.builds(
-    Case,
-    units=st.lists(unit, min_size=1, max_size=10),
-    ending=endings,
-    leave_after=st.integers(1, 3),
-    pieces=st.integers(1, 4),
-)
-cheap_cases = st.builds(
-    Case,
-    units=st.lists(cheap_unit, min_size=1, max_size=10),
-    ending=endings,
-    leave_after=st.integers(1, 3),
-    pieces=st.integers(1, 4),
-)
+
+
+def _cases(units: st.SearchStrategy) -> st.SearchStrategy:
+    return st.builds(
+        Case,
+        units=st.lists(units, min_size=1, max_size=10),
+        ending=endings,
+        leave_after=st.integers(1, 3),
+        pieces=st.integers(1, 4),
+    )
+
+
+cases = _cases(unit)
+cheap_cases = _cases(cheap_unit)
 
 
 def clean_cases(llm: bool = True) -> st.SearchStrategy[Case]:
