@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..models import resolve_whisper
+from .whisper_window import FULL_WINDOW_S, encoder_window, window_frames
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,9 @@ class AsrSettings:
     initial_prompt: str | None = None
     threads: int = 0  # 0: CTranslate2 picks
     without_timestamps: bool = True
+    # Shortest encoder window in seconds; the window fits the utterance above it (see
+    # whisper_window). 30 is Whisper's fixed window.
+    window_s: float = 10.0
 
 
 class WhisperAsr:
@@ -66,12 +70,16 @@ class WhisperAsr:
             condition_on_previous_text=False,
             vad_filter=False,  # the satellite already trims with Silero VAD
         )
-        for segment in segments:  # decoding happens lazily, segment by segment
-            if cancel is not None and cancel.is_set():
-                return
-            text = segment.text.strip()
-            if text:
-                yield text
+        window = self.settings.window_s
+        frames = None if window >= FULL_WINDOW_S else window_frames(audio.size / 16000, window)
+        with encoder_window(frames):
+            for segment in segments:  # decoding happens lazily, segment by segment
+                if cancel is not None and cancel.is_set():
+                    return
+                text = segment.text.strip()
+                # Noise can decode to a lone "." — nothing was said.
+                if any(ch.isalnum() for ch in text):
+                    yield text
 
     def warm_up(self) -> None:
         """One short decode: the first request should not pay CTranslate2's first-run cost."""
