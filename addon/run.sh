@@ -52,6 +52,7 @@ build_server_args() {
         --asr-beam-size "$(bashio::config 'asr_beam_size')"
     )
     add_optional server_args --asr-threads asr_threads
+    add_optional server_args --asr-window asr_window
     server_args+=(
         --voice "$(bashio::config 'voice')"
         --voice-dir "${SHARE_DIR}"

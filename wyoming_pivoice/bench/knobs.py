@@ -66,6 +66,7 @@ ASR_VARIANTS: dict[str, dict[str, Any]] = {
     "beam 5": {"beam_size": 5},
     "with timestamps": {"without_timestamps": False},
     "untrimmed audio": {},  # same settings, the audio differs
+    "window 30 s": {"window_s": 30.0},  # Whisper's fixed window
     "threads 1": {"threads": 1},
     "threads 2": {"threads": 2},
     "threads 4": {"threads": 4},
@@ -75,7 +76,7 @@ ASR_VARIANTS: dict[str, dict[str, Any]] = {
 def _engine_key(settings: AsrSettings) -> tuple[object, ...]:
     """What makes one loaded Whisper engine differ from another (audio trimming does not)."""
     s = settings
-    return (s.compute_type, s.beam_size, s.without_timestamps, s.threads)
+    return (s.compute_type, s.beam_size, s.without_timestamps, s.threads, s.window_s)
 
 
 def asr_knobs(
@@ -130,6 +131,7 @@ def _asr_dict(settings: AsrSettings) -> dict[str, Any]:
         "beam_size": settings.beam_size,
         "without_timestamps": settings.without_timestamps,
         "threads": settings.threads,
+        "window_s": settings.window_s,
     }
 
 
