@@ -163,7 +163,7 @@ def _server_sections(
             if server.log is not None:
                 from . import serverlog
 
-                entries = serverlog.parse(server.log_text(), result["meta"]["clock_offset_s"])
+                entries = serverlog.parse(server.log_text())
                 attributed = serverlog.attribute(
                     turns, entries, serverlog.token_counter(), options.min_clause_chars
                 )
@@ -386,15 +386,8 @@ def _meta(options: BenchOptions, utterances: list, configs: list[Config]) -> dic
         "playback": "real-time null sink" if options.realtime_playback else "null sink",
         "conversation": "no history: each turn stands alone",
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
-        "clock_offset_s": serverlog_offset(),
         "seconds": 0.0,
     }
-
-
-def serverlog_offset() -> float:
-    from .serverlog import clock_offset
-
-    return clock_offset()
 
 
 def _version(name: str) -> str | None:

@@ -1,10 +1,10 @@
 """Model compute of each turn as the server itself timed it, read from its log.
 
 The server logs, per request, how long the model took: "Transcribed … in X s",
-"Answered in X s (first token Y s)" and "Spoke … in W s (first audio Z s)". Those lines are
-stamped with the wall clock; the bench knows the offset between the wall clock and the
-monotonic clock of the satellite's stamps, so each line falls inside the time window of
-exactly one turn (turns run one at a time). This is the compute of the very turn, under
+"Answered in X s (first token Y s)" and "Spoke … in W s (first audio Z s)". The bench's server stamps its lines with
+time.monotonic() (`--log-clock monotonic`), the clock of the satellite's stamps, so each
+line falls inside the time window of exactly one turn (turns run one at a time). The wall
+clock is not used: on a VM it was seen to jump by seconds during a run. This is the compute of the very turn, under
 the very load it ran with, so E2E minus it is the pipeline's own cost.
 
 Critical-path compute of a turn:
@@ -19,17 +19,15 @@ The time per token of a turn comes from its own "Answered" line: (total − firs
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from ..text import split_all
 from .report import ms
 
 _LINE = re.compile(
-    r"^(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ wyoming_pivoice\.server\.handler: "
+    r"^(?P<when>\d+\.\d+) \w+ wyoming_pivoice\.server\.handler: "
     r"(?:Transcribed [0-9.]+ s of audio in (?P<asr>[0-9.]+) s"
     r"|Answered in (?P<llm>[0-9.]+) s \(first token (?P<ttft>[0-9.]+) s\)"
     r"|Spoke [0-9.]+ s of audio in (?P<tts_all>[0-9.]+) s \(first audio (?P<tts>[0-9.]+) s\))",
@@ -45,16 +43,11 @@ class LogEntry:
     first: float | None = None  # llm: to the first token; tts: to the first audio
 
 
-def clock_offset() -> float:
-    """Wall clock minus monotonic clock, now (constant unless the wall clock is set)."""
-    return time.time() - time.monotonic()
-
-
-def parse(log_text: str, offset: float) -> list[LogEntry]:
+def parse(log_text: str) -> list[LogEntry]:
+    """The compute lines of a log written with `--log-clock monotonic`."""
     entries = []
     for match in _LINE.finditer(log_text):
-        wall = datetime.strptime(match["when"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        at = wall - offset
+        at = float(match["when"])
         if match["asr"]:
             entries.append(LogEntry(at, "asr", float(match["asr"])))
         elif match["llm"]:

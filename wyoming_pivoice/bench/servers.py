@@ -127,6 +127,8 @@ def pivoice_server(
         sys.executable,
         "-m",
         "wyoming_pivoice",
+        "--log-clock",
+        "monotonic",  # serverlog lines its entries up with the turns' stamps
         "server",
         "--uri",
         f"tcp://127.0.0.1:{port}",
