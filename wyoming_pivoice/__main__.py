@@ -51,7 +51,7 @@ class MonotonicFormatter(logging.Formatter):
     is one system-wide clock that every process reads alike.
     """
 
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return f"{time.monotonic():.4f}"
 
 

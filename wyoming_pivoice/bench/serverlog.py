@@ -1,11 +1,11 @@
 """Model compute of each turn as the server itself timed it, read from its log.
 
 The server logs, per request, how long the model took: "Transcribed … in X s",
-"Answered in X s (first token Y s)" and "Spoke … in W s (first audio Z s)". The bench's server stamps its lines with
-time.monotonic() (`--log-clock monotonic`), the clock of the satellite's stamps, so each
-line falls inside the time window of exactly one turn (turns run one at a time). The wall
-clock is not used: on a VM it was seen to jump by seconds during a run. This is the compute of the very turn, under
-the very load it ran with, so E2E minus it is the pipeline's own cost.
+"Answered in X s (first token Y s)" and "Spoke … in W s (first audio Z s)". The
+bench's server stamps its lines with time.monotonic() (`--log-clock monotonic`), the
+clock of the satellite's stamps, so each line falls inside the time window of exactly one
+turn (turns run one at a time). The wall clock is not used: on a VM it was seen to jump
+by seconds during a run.
 
 Critical-path compute of a turn:
 - streaming: ASR + LLM first token + (tokens of the first phrase − 1) × time per token
