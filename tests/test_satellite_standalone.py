@@ -122,7 +122,10 @@ def test_one_turn_from_a_wav_at_real_time(
     (turn,) = turns(result, log)
     assert {"kitchen", "lights"} <= words(turn["transcript"])
     assert turn["mode"] == "streaming" and turn["error"] is None and turn["reply"]
-    assert turn["speculation"]["used"] and turn["speculation"]["cancelled"] == 0
+    # a pause inside the command may start (and cancel) a speculation; the one used
+    # must still hold every word once: nothing lost, nothing duplicated
+    assert turn["speculation"]["used"]
+    assert turn["transcript"].lower().count("kitchen") == 1
 
     s = turn["stamps"]
     # the endpoint comes one silence window after the last voiced frame, within one VAD frame
