@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +26,31 @@ class AsrSettings:
     # Shortest encoder window in seconds; the window fits the utterance above it (see
     # whisper_window). 30 is Whisper's fixed window.
     window_s: float = 10.0
+
+
+# Nobody speaks faster than ~4 words (≈6 tokens) a second; a segment decoding far more
+# than that is tiny.en looping, and the cap bounds how long a loop can take.
+TOKENS_PER_S = 8
+TOKENS_SLACK = 16
+
+
+def max_tokens(audio_s: float) -> int:
+    """Decoding cap per segment (a segment spans at most Whisper's 30 s)."""
+    return TOKENS_SLACK + math.ceil(TOKENS_PER_S * min(audio_s, FULL_WINDOW_S))
+
+
+def collapse_repeats(text: str, min_words: int = 6) -> str:
+    """Keep one copy of a phrase the text ends by repeating (tiny.en can loop on a short
+    command: "turn on the lights turn on the lights ..."). The repeated run must span at
+    least `min_words`, so "no, no, no" stays as said."""
+    words = text.split()
+    key = [w.strip(",.!?;:").lower() for w in words]
+    n = len(key)
+    for start in range(n - min_words + 1):
+        for unit in range(1, (n - start) // 2 + 1):
+            if all(key[i] == key[i + unit] for i in range(start, n - unit)):
+                return " ".join(words[: start + unit]).rstrip(",;:")
+    return text
 
 
 class WhisperAsr:
@@ -69,6 +95,7 @@ class WhisperAsr:
             without_timestamps=self.settings.without_timestamps,
             condition_on_previous_text=False,
             vad_filter=False,  # the satellite already trims with Silero VAD
+            max_new_tokens=max_tokens(audio.size / 16000),
         )
         window = self.settings.window_s
         frames = None if window >= FULL_WINDOW_S else window_frames(audio.size / 16000, window)
@@ -76,7 +103,7 @@ class WhisperAsr:
             for segment in segments:  # decoding happens lazily, segment by segment
                 if cancel is not None and cancel.is_set():
                     return
-                text = segment.text.strip()
+                text = collapse_repeats(segment.text.strip())
                 # Noise can decode to a lone "." — nothing was said.
                 if any(ch.isalnum() for ch in text):
                     yield text
