@@ -42,6 +42,34 @@ def test_history_is_bounded_in_characters_newest_kept() -> None:
     assert contents == ["sys", "short q", "short r", "next"]
 
 
+def test_a_repeated_turn_id_replaces_that_turn() -> None:
+    """A satellite's void speculative run and its whole run share one turn id."""
+    store = ConversationStore("sys")
+    store.record("a", "hello", "hi", turn_id="s-1")
+    store.record("a", "remind me to buy milk", "ok, milk", turn_id="s-2")  # speculative
+    # the whole utterance follows: its prompt leaves the void exchange out …
+    again = [m["content"] for m in store.messages("a", "remind me to buy milk and eggs", "s-2")]
+    assert again == ["sys", "hello", "hi", "remind me to buy milk and eggs"]
+    # … and its exchange takes that one's place
+    store.record("a", "remind me to buy milk and eggs", "ok, both", turn_id="s-2")
+    store.record("a", "thanks", "welcome", turn_id="s-3")
+    contents = [m["content"] for m in store.messages("a", "next", "s-4")]
+    assert contents == [
+        "sys",
+        "hello",
+        "hi",
+        "remind me to buy milk and eggs",
+        "ok, both",
+        "thanks",
+        "welcome",
+        "next",
+    ]
+    # without turn ids (Home Assistant), every exchange is kept
+    store.record("b", "q", "r")
+    store.record("b", "q", "r")
+    assert len(store.messages("b", "next")) == 6
+
+
 class RecordingLlm:
     """Control-flow stand-in for the LLM: records prompts, answers in two pieces."""
 
@@ -75,6 +103,7 @@ async def test_second_turn_prompt_carries_the_first() -> None:
     finally:
         await server.stop()
     second = llm.prompts[1]
+    assert len(llm.prompts) == 2
     assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
     assert second[1]["content"] == "What is the capital of France?"
     assert second[2]["content"] == "Paris is the capital."
@@ -107,3 +136,28 @@ async def test_describe_answers_while_models_are_still_loading() -> None:
     finally:
         release.set()
         await server.stop()
+
+
+async def test_the_server_replaces_a_turn_sent_again_with_its_turn_id() -> None:
+    llm = RecordingLlm()
+    services = Services.from_settings(ServerSettings())
+    services.llm = ModelSlot("recording llm", lambda: llm)
+    server, port = await start_server(services)
+    try:
+        for text, turn_id in (
+            ("Remind me", "x-1"),
+            ("Remind me to buy milk", "x-1"),
+            ("Ok", "x-2"),
+        ):
+            context = {"conversation_id": "kitchen", "turn_id": turn_id}
+            turn = Event("transcript", {"text": text, "context": context})
+            replies = await exchange(port, [turn], until="handled-stop")
+            assert replies[-2].data["context"] == context  # echoed back as given
+    finally:
+        await server.stop()
+    assert [m["content"] for m in llm.prompts[1]][1:] == ["Remind me to buy milk"]
+    assert [m["content"] for m in llm.prompts[2]][1:] == [
+        "Remind me to buy milk",
+        "Paris is the capital.",
+        "Ok",
+    ]

@@ -14,9 +14,9 @@ import numpy as np
 
 from wyoming_pivoice.satellite.audio_out import NullSink
 from wyoming_pivoice.satellite.endpoint import EndpointEvent, EndpointKind
-from wyoming_pivoice.satellite.pipeline import Player, Turns
+from wyoming_pivoice.satellite.pipeline import Player, Stages, Turns
 from wyoming_pivoice.satellite.settings import SatelliteSettings
-from wyoming_pivoice.satellite.stages import AudioPiece
+from wyoming_pivoice.satellite.stages import AudioPiece, _Conversation
 from wyoming_pivoice.timing import TimingLog, TurnClock
 
 
@@ -93,3 +93,56 @@ async def test_no_barge_in_lets_the_reply_finish_and_replies_keep_their_order(
     assert not any(r["barged_in"] for r in records)
     one, two = (r["stamps"] for r in records)
     assert one["playback_done"] <= two["first_played"]
+
+
+class EchoAsr:
+    async def transcribe(self, audio: bytes, clock: TurnClock) -> str:
+        return audio.decode()
+
+
+class RecordingResponder(_Conversation):
+    """Records the context each request would carry to the server."""
+
+    def __init__(self, sent: list[dict]) -> None:
+        super().__init__(None, "kitchen", "run7")  # type: ignore[arg-type]
+        self.sent = sent
+
+    async def respond(self, text: str, clock: TurnClock):
+        self.sent.append({"text": text, **self._request(text, clock).data["context"]})
+        yield "ok."
+
+
+class DrainTts:
+    async def speak(self, phrases, audio, clock) -> None:
+        while await phrases.get() is not None:
+            pass
+        audio.put_nowait(None)
+
+
+async def test_a_void_speculation_and_its_whole_turn_share_one_turn_id(tmp_path: Path) -> None:
+    """So the server keeps only the whole turn in the conversation's history."""
+    sent: list[dict] = []
+    stages = Stages(EchoAsr(), lambda: RecordingResponder(sent), DrainTts(), 24)  # type: ignore[arg-type]
+    player = Player(NullSink(), TimingLog(tmp_path / "timing.jsonl"))
+    turns = Turns(SatelliteSettings(server="tcp://x:1"), stages, player, lambda: None)
+    runs: asyncio.Queue = asyncio.Queue()
+
+    def event(kind: EndpointKind, audio: bytes = b"") -> EndpointEvent:
+        return EndpointEvent(kind, 1.0, 0.0, 0.9, audio)
+
+    for utterance in (b"remind me", b"thanks"):
+        await turns._handle(started(), runs)
+        await turns._handle(event(EndpointKind.SPECULATE, utterance), runs)
+        await wait_for(lambda: turns._speculation is not None and turns._speculation.llm_finished)
+        if utterance == b"remind me":  # speech resumed after the speculative reply was written
+            await turns._handle(event(EndpointKind.SPEECH_RESUMED), runs)
+            utterance = b"remind me to buy milk"
+            await turns._handle(event(EndpointKind.SPECULATE, utterance), runs)
+        await turns._handle(event(EndpointKind.ENDPOINT, utterance), runs)
+        await asyncio.wait_for(runs.get_nowait().task, 5.0)
+
+    assert sent == [
+        {"text": "remind me", "conversation_id": "kitchen", "turn_id": "run7-1"},
+        {"text": "remind me to buy milk", "conversation_id": "kitchen", "turn_id": "run7-1"},
+        {"text": "thanks", "conversation_id": "kitchen", "turn_id": "run7-2"},
+    ]

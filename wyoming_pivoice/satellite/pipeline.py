@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
@@ -59,17 +60,19 @@ class Stages:
 
 def make_stages(settings: SatelliteSettings, link: ServerLink) -> Stages:
     conversation_id = settings.conversation_id
+    # Turn ids are unique per run, so a conversation id reused across runs is safe.
+    session = uuid.uuid4().hex[:8]
     asr = Recognizer(link, settings.language)
     if settings.pipeline == "sequential":
         return Stages(
             asr,
-            lambda: WholeResponder(link, conversation_id),
+            lambda: WholeResponder(link, conversation_id, session),
             WholeSynthesizer(link),
             settings.min_clause_chars,
         )
     return Stages(
         asr,
-        lambda: StreamingResponder(link, conversation_id),
+        lambda: StreamingResponder(link, conversation_id, session),
         StreamingSynthesizer(link),
         settings.min_clause_chars,
     )
@@ -259,11 +262,8 @@ class Turns:
             _LOGGER.debug("Turn %d: speculating on %.2f s of audio", self.count, event.seconds)
         elif event.kind is EndpointKind.SPEECH_RESUMED:
             if self._speculation is not None:
-                if self._speculation.llm_finished:
-                    _LOGGER.warning(
-                        "Speech resumed after a speculative reply was complete; "
-                        "the server may keep it in the conversation history"
-                    )
+                # A speculative reply already in the server's history is replaced there by
+                # the whole turn's, which carries the same turn id.
                 await self._speculation.cancel()
                 self._speculation = None
                 self._cancelled += 1

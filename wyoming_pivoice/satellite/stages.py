@@ -174,13 +174,21 @@ class Responder(Protocol):
 
 
 class _Conversation:
-    def __init__(self, link: ServerLink, conversation_id: str | None) -> None:
+    def __init__(self, link: ServerLink, conversation_id: str | None, session: str = "") -> None:
         self.link = link
         self.conversation_id = conversation_id
+        self.session = session
         self.final_text: str | None = None  # the server's whole reply (`handled`)
 
-    def _request(self, text: str) -> Event:
-        context = {"conversation_id": self.conversation_id} if self.conversation_id else None
+    def _request(self, text: str, clock: TurnClock) -> Event:
+        if not self.conversation_id:
+            return Transcript(text=text).event()
+        # A speculative run and the run that replaces it share the turn id, so the server
+        # keeps only the second in the conversation's history.
+        context = {
+            "conversation_id": self.conversation_id,
+            "turn_id": f"{self.session}-{clock.turn}",
+        }
         return Transcript(text=text, context=context).event()
 
 
@@ -190,7 +198,7 @@ class StreamingResponder(_Conversation):
     async def respond(self, text: str, clock: TurnClock) -> AsyncIterator[str]:
         self.final_text = None
         async with self.link.connect("conversation") as conn:
-            await conn.send(self._request(text))
+            await conn.send(self._request(text, clock))
             while True:
                 event = await conn.receive()
                 if HandledChunk.is_type(event.type):
@@ -211,7 +219,7 @@ class WholeResponder(_Conversation):
     async def respond(self, text: str, clock: TurnClock) -> AsyncIterator[str]:
         self.final_text = None
         async with self.link.connect("conversation") as conn:
-            await conn.send(self._request(text))
+            await conn.send(self._request(text, clock))
             while True:
                 event = await conn.receive()
                 if Handled.is_type(event.type) or NotHandled.is_type(event.type):

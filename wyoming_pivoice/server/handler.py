@@ -77,6 +77,11 @@ def _text_field(data: dict[str, Any], key: str, max_chars: int, required: bool =
     return value
 
 
+def _context_str(context: dict[str, Any] | None, key: str) -> str | None:
+    value = (context or {}).get(key)
+    return value if isinstance(value, str) else None
+
+
 def _context(data: dict[str, Any], max_chars: int) -> dict[str, Any] | None:
     """A turn's context, echoed back in `handled`: kept only if it is small."""
     context = _optional_dict(data, "context")
@@ -383,10 +388,10 @@ class PivoiceEventHandler(AsyncEventHandler):
         text = text.strip()
         if not text:
             raise RequestError("empty text: nothing to answer", "empty-text")
-        conversation_id = (context or {}).get("conversation_id")
-        conversation_id = conversation_id if isinstance(conversation_id, str) else None
+        conversation_id = _context_str(context, "conversation_id")
+        turn_id = _context_str(context, "turn_id")  # ours: a repeated id replaces that turn
         store = self.services.conversations
-        messages = store.messages(conversation_id, text)
+        messages = store.messages(conversation_id, text, turn_id)
         start = time.monotonic()
         first: float | None = None
         await self.write_event(HandledStart(context=context).event())
@@ -402,7 +407,7 @@ class PivoiceEventHandler(AsyncEventHandler):
                 pieces.append(piece)
                 await self.write_event(HandledChunk(text=piece).event())
         reply = "".join(pieces).strip()
-        store.record(conversation_id, text, reply)
+        store.record(conversation_id, text, reply, turn_id)
         # Home Assistant reads only the final `handled`; streaming clients get both.
         await self.write_event(Handled(text=reply, context=context).event())
         await self.write_event(HandledStop().event())
