@@ -18,7 +18,8 @@ def test_server_killed_mid_turn_is_reported_and_the_satellite_comes_back(tmp_pat
     first = spoken("What time is it in Paris?", tmp_path / "first.wav")
     second = spoken("Turn on the garden lights.", tmp_path / "second.wav")
     (tmp_path / "first.raw").write_bytes(silence(0.3) + first + silence(1.0))
-    (tmp_path / "gap.raw").write_bytes(silence(0.1))
+    # 3 VAD frames: however often it repeats, the second question meets the same frame grid
+    (tmp_path / "gap.raw").write_bytes(silence(0.096))
     (tmp_path / "second.raw").write_bytes(second + silence(1.5))
     go = tmp_path / "go"
     # The mic: the first question, silence until the test says go, then the second.
@@ -81,7 +82,8 @@ def test_server_killed_mid_turn_is_reported_and_the_satellite_comes_back(tmp_pat
     assert len(turns) == 2, turns
     assert turns[0]["error"], "the interrupted turn must be reported"
     assert turns[1]["error"] is None
-    assert {"garden", "lights"} <= words(turns[1]["transcript"])
+    heard = words(turns[1]["transcript"])
+    assert "garden" in heard and heard & {"light", "lights"}, turns[1]["transcript"]
     assert turns[1]["reply"] and turns[1]["stamps"]["first_played"]
     # The second turn started with speech heard after the server came back.
     assert turns[1]["stamps"]["speech_start"] > back
