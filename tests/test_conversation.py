@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import AsyncIterator
 from functools import partial
 
 from wyoming.event import Event
@@ -89,19 +91,26 @@ async def start_server(services: Services) -> tuple[AsyncTcpServer, int]:
     return server, port
 
 
-async def test_second_turn_prompt_carries_the_first() -> None:
+@contextlib.asynccontextmanager
+async def recording_server() -> AsyncIterator[tuple[RecordingLlm, int]]:
+    """A server on loopback whose LLM is a RecordingLlm."""
     llm = RecordingLlm()
     services = Services.from_settings(ServerSettings())
     services.llm = ModelSlot("recording llm", lambda: llm)
     server, port = await start_server(services)
     try:
+        yield llm, port
+    finally:
+        await server.stop()
+
+
+async def test_second_turn_prompt_carries_the_first() -> None:
+    async with recording_server() as (llm, port):
         context = {"conversation_id": "kitchen"}
         for text in ("What is the capital of France?", "And of Spain?"):
             turn = Event("transcript", {"text": text, "context": context})
             replies = await exchange(port, [turn], until="handled-stop")
             assert replies[-2].data["text"] == "Paris is the capital."
-    finally:
-        await server.stop()
     second = llm.prompts[1]
     assert len(llm.prompts) == 2
     assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
@@ -139,11 +148,7 @@ async def test_describe_answers_while_models_are_still_loading() -> None:
 
 
 async def test_the_server_replaces_a_turn_sent_again_with_its_turn_id() -> None:
-    llm = RecordingLlm()
-    services = Services.from_settings(ServerSettings())
-    services.llm = ModelSlot("recording llm", lambda: llm)
-    server, port = await start_server(services)
-    try:
+    async with recording_server() as (llm, port):
         for text, turn_id in (
             ("Remind me", "x-1"),
             ("Remind me to buy milk", "x-1"),
@@ -153,8 +158,6 @@ async def test_the_server_replaces_a_turn_sent_again_with_its_turn_id() -> None:
             turn = Event("transcript", {"text": text, "context": context})
             replies = await exchange(port, [turn], until="handled-stop")
             assert replies[-2].data["context"] == context  # echoed back as given
-    finally:
-        await server.stop()
     assert [m["content"] for m in llm.prompts[1]][1:] == ["Remind me to buy milk"]
     assert [m["content"] for m in llm.prompts[2]][1:] == [
         "Remind me to buy milk",
