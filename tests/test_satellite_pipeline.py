@@ -133,7 +133,8 @@ async def test_a_void_speculation_and_its_whole_turn_share_one_turn_id(tmp_path:
     for utterance in (b"remind me", b"thanks"):
         await turns._handle(started(), runs)
         await turns._handle(event(EndpointKind.SPECULATE, utterance), runs)
-        await wait_for(lambda: turns._speculation is not None and turns._speculation.llm_finished)
+        # the speculative run ends: its reply is written (and in the server's history)
+        await wait_for(lambda: turns._speculation is not None and turns._speculation.task.done())
         if utterance == b"remind me":  # speech resumed after the speculative reply was written
             await turns._handle(event(EndpointKind.SPEECH_RESUMED), runs)
             utterance = b"remind me to buy milk"

@@ -159,7 +159,6 @@ class TurnRun:
         self.utterance = utterance
         self.stages = stages
         self.audio: asyncio.Queue[AudioPiece | None] = asyncio.Queue()
-        self.llm_finished = False
         self.task = asyncio.create_task(self._run(), name=f"turn {clock.turn}")
 
     async def _run(self) -> None:
@@ -181,7 +180,6 @@ class TurnRun:
                 pieces.append(piece)
                 for phrase in splitter.feed(piece):
                     phrases.put_nowait(phrase)
-            self.llm_finished = True
             rest = splitter.flush()
             if rest:
                 phrases.put_nowait(rest)
