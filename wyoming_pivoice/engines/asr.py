@@ -87,6 +87,7 @@ class WhisperAsr:
         if audio.size == 0:
             return
         lang = "en" if self.english_only else (language or self.settings.language)
+        seconds = audio.size / 16000
         segments, _info = self.model.transcribe(
             audio,
             language=lang,
@@ -95,10 +96,10 @@ class WhisperAsr:
             without_timestamps=self.settings.without_timestamps,
             condition_on_previous_text=False,
             vad_filter=False,  # the satellite already trims with Silero VAD
-            max_new_tokens=max_tokens(audio.size / 16000),
+            max_new_tokens=max_tokens(seconds),
         )
         window = self.settings.window_s
-        frames = None if window >= FULL_WINDOW_S else window_frames(audio.size / 16000, window)
+        frames = None if window >= FULL_WINDOW_S else window_frames(seconds, window)
         with encoder_window(frames):
             for segment in segments:  # decoding happens lazily, segment by segment
                 if cancel is not None and cancel.is_set():
