@@ -19,7 +19,7 @@ from wyoming_pivoice.satellite.audio_in import (
     open_source,
     read_wav_16k,
 )
-from wyoming_pivoice.satellite.audio_out import CommandSink, NullSink, WavSink
+from wyoming_pivoice.satellite.audio_out import PRIMER_SECONDS, CommandSink, NullSink, WavSink
 from wyoming_pivoice.satellite.settings import MicSettings
 
 from .helpers import REPO
@@ -166,7 +166,9 @@ async def test_command_sink_substitutes_the_format_and_waits_for_the_command(
     pcm = tone(0.3, 22050)
     await sink.play(pcm, 22050, 2, 1)
     await sink.drain()  # returns only once the command has taken everything and exited
-    assert (tmp_path / "out-22050-1-16.raw").read_bytes() == pcm
+    # 10 ms of silence first: the reply's clock starts when the command has read it.
+    primer = bytes(round(22050 * PRIMER_SECONDS) * 2)
+    assert (tmp_path / "out-22050-1-16.raw").read_bytes() == primer + pcm
     await sink.close()
 
 

@@ -4,20 +4,29 @@ A reply is everything `play`ed between two `drain`/`stop` calls. Its first `play
 opens the output at that audio's rate; `drain` waits until the reply has really
 been played (or written); `stop` drops what is queued and stops at once (barge-in).
 `first_sample_at` is the monotonic time the reply's first sample went out.
+
+A speaker is handed audio at real-time pace, never more than `lead` seconds ahead of
+when it plays: a barge-in then silences it within that lead, and the echo canceller's
+`tap` learns when each piece plays (its due time) within that margin.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
+import fcntl
 import logging
 import shlex
+import termios
 import time
 import wave
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from ..audio import PcmFormat
 from .audio_in import find_device
 
 if TYPE_CHECKING:
@@ -27,9 +36,17 @@ _LOGGER = logging.getLogger(__name__)
 
 Format = tuple[int, int, int]  # rate, width, channels
 
+# How far ahead of real time a speaker is fed: enough to ride out an event-loop stall,
+# short enough that a barge-in is heard at once.
+SPEAKER_LEAD = 0.1
+PIECE_SECONDS = 0.02  # audio is handed over in pieces this long (so the lead holds)
+# A playback tap: (pcm, its format, the monotonic time it is due to start playing).
+Tap = Callable[[bytes, PcmFormat, float], None]
+
 
 class AudioSink(Protocol):
     first_sample_at: float | None
+    tap: Tap | None
 
     async def play(self, pcm: bytes, rate: int, width: int, channels: int) -> None: ...
 
@@ -44,11 +61,15 @@ class QueuedSink:
     """The queueing every sink shares: one writer task per reply feeds the backend.
 
     Subclasses implement `_open`, `_write` (returns once the bytes are with the device),
-    `_finish` (returns once everything written has been played) and `_abort`.
+    `_finish` (returns once everything written has been played) and `_abort`, and set
+    `lead`: None hands audio over as fast as it is taken (a file), a number paces it.
     """
+
+    lead: float | None = SPEAKER_LEAD
 
     def __init__(self) -> None:
         self.first_sample_at: float | None = None
+        self.tap: Tap | None = None
         self.replies = 0
         self._queue: asyncio.Queue[bytes | None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -74,12 +95,26 @@ class QueuedSink:
             self._queue.put_nowait(pcm)
 
     async def _run(self, fmt: Format, queue: asyncio.Queue[bytes | None]) -> None:
+        pcm_format = PcmFormat(*fmt)
+        clock = _RealtimeClock(self.lead) if self.lead is not None else None
+        piece_bytes = max(1, round(PIECE_SECONDS * fmt[0])) * pcm_format.frame_bytes
         try:
             await self._open(*fmt)
             while (pcm := await queue.get()) is not None:
-                await self._write(pcm)
-                if self.first_sample_at is None:
-                    self.first_sample_at = self._written_at
+                for offset in range(0, len(pcm), piece_bytes):
+                    piece = pcm[offset : offset + piece_bytes]
+                    due = None
+                    if clock is not None:
+                        due = await clock.advance(pcm_format.seconds(len(piece)))
+                    await self._write(piece)
+                    if clock is not None:
+                        due = clock.taken(due)
+                    if self.first_sample_at is None:
+                        self.first_sample_at = self._written_at
+                    if self.tap is not None:
+                        self.tap(piece, pcm_format, self._written_at if due is None else due)
+            if clock is not None:
+                await clock.finish()
             await self._finish()
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
@@ -120,7 +155,7 @@ class QueuedSink:
     _written_at: float = 0.0  # set by _write: when the first byte of its data went out
 
     async def _open(self, rate: int, width: int, channels: int) -> None:
-        self._bytes_per_second = rate * width * channels
+        pass
 
     async def _write(self, pcm: bytes) -> None:
         self._written_at = time.monotonic()
@@ -133,26 +168,42 @@ class QueuedSink:
 
 
 class _RealtimeClock:
-    """Paces writes like a speaker would consume them (for file and null sinks)."""
+    """Paces writes like a speaker consumes them: a piece may go `lead` seconds before it
+    is due to play. Falling behind (an underrun) moves the timeline on, as a device does."""
 
-    def __init__(self) -> None:
+    LATE = 0.05  # this late, the device has run dry: its next sample plays when it comes
+
+    def __init__(self, lead: float = 0.0) -> None:
+        self.lead = lead
         self.start: float | None = None
         self.seconds = 0.0
 
-    def reset(self) -> None:
-        self.start = None
-        self.seconds = 0.0
-
-    async def advance(self, seconds: float) -> None:
+    async def advance(self, seconds: float) -> float:
+        """Wait until a piece of `seconds` may be written; returns when it is due to play."""
+        now = time.monotonic()
         if self.start is None:
-            self.start = time.monotonic()
+            self.start = now
         due = self.start + self.seconds
+        if now - due > self.LATE:
+            self.start += now - due
+            due = now
         self.seconds += seconds
-        delay = due - time.monotonic()
+        delay = due - self.lead - now
         if delay > 0:
             await asyncio.sleep(delay)
+        return due
+
+    def taken(self, due: float) -> float:
+        """The device took the piece due at `due` just now: it cannot play before now, so a
+        device that took it late (its buffer was full) shifts the timeline on."""
+        late = time.monotonic() - due
+        if late > self.LATE and self.start is not None:
+            self.start += late
+            return due + late
+        return due
 
     async def finish(self) -> None:
+        """Wait until what was written has been played."""
         if self.start is not None:
             delay = self.start + self.seconds - time.monotonic()
             if delay > 0:
@@ -164,21 +215,7 @@ class NullSink(QueuedSink):
 
     def __init__(self, realtime: bool = False) -> None:
         super().__init__()
-        self.realtime = realtime
-        self._clock = _RealtimeClock()
-
-    async def _open(self, rate: int, width: int, channels: int) -> None:
-        await super()._open(rate, width, channels)
-        self._clock.reset()
-
-    async def _write(self, pcm: bytes) -> None:
-        if self.realtime:
-            await self._clock.advance(len(pcm) / self._bytes_per_second)
-        self._written_at = time.monotonic()
-
-    async def _finish(self) -> None:
-        if self.realtime:
-            await self._clock.finish()
+        self.lead = 0.0 if realtime else None
 
 
 class WavSink(QueuedSink):
@@ -193,11 +230,10 @@ class WavSink(QueuedSink):
     def __init__(self, path: str | Path, realtime: bool = False) -> None:
         super().__init__()
         self.path = str(path)
-        self.realtime = realtime
+        self.lead = 0.0 if realtime else None
         self.paths: list[Path] = []
         self._wav: wave.Wave_write | None = None
         self._wav_format: Format | None = None
-        self._clock = _RealtimeClock()
 
     def _next_path(self) -> Path:
         if "{n}" in self.path:
@@ -209,7 +245,6 @@ class WavSink(QueuedSink):
 
     async def _open(self, rate: int, width: int, channels: int) -> None:
         await super()._open(rate, width, channels)
-        self._clock.reset()
         fmt = (rate, width, channels)
         if self._wav is not None and ("{n}" in self.path or fmt != self._wav_format):
             self._close_wav()
@@ -223,15 +258,11 @@ class WavSink(QueuedSink):
             self.paths.append(path)
 
     async def _write(self, pcm: bytes) -> None:
-        if self.realtime:
-            await self._clock.advance(len(pcm) / self._bytes_per_second)
         self._written_at = time.monotonic()
         assert self._wav is not None
         self._wav.writeframes(pcm)  # small and buffered: fine on the loop
 
     async def _finish(self) -> None:
-        if self.realtime:
-            await self._clock.finish()
         if self._wav is not None:
             self._wav._file.flush()  # type: ignore[attr-defined]
 
@@ -249,8 +280,17 @@ class WavSink(QueuedSink):
         self._close_wav()
 
 
+F_SETPIPE_SZ = 1031  # Linux fcntl
+PIPE_BYTES = 4096  # the smallest pipe: 93 ms at 22050 Hz mono 16-bit
+PRIMER_SECONDS = 0.01
+COMMAND_START_TIMEOUT = 2.0  # a speaker command that reads nothing this long is not waited for
+
+
 class CommandSink(QueuedSink):
     """Pipes each reply into a new process (e.g. `aplay -r {rate} -c {channels} -f S16_LE -t raw`).
+
+    Each reply starts with 10 ms of silence: the reply's clock starts once the command has
+    read it.
 
     {rate}, {channels}, {width} and {bits} are substituted for the reply's format, {n} for
     the reply's number (1, 2, …). The reply has been played when the command exits after
@@ -261,6 +301,7 @@ class CommandSink(QueuedSink):
         super().__init__()
         self.command = command
         self._proc: asyncio.subprocess.Process | None = None
+        self._pipe_fd: int | None = None
 
     def format_command(self, rate: int, width: int, channels: int) -> str:
         # Plain replacement, not str.format: shell commands may hold other braces (awk …).
@@ -283,6 +324,41 @@ class CommandSink(QueuedSink):
             command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL
         )
         _LOGGER.debug("Speaker command started (pid %s): %s", self._proc.pid, command)
+        assert self._proc.stdin is not None
+        pipe = self._proc.stdin.get_extra_info("pipe")
+        self._pipe_fd = pipe.fileno() if pipe is not None else None
+        if self._pipe_fd is not None:
+            # A small pipe: what sits in it plays after a barge-in, and it hides when the
+            # command really plays each piece from the echo canceller.
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(self._pipe_fd, F_SETPIPE_SZ, PIPE_BYTES)
+        await self._until_taking(rate, width * channels)
+
+    async def _until_taking(self, rate: int, frame_bytes: int) -> None:
+        """Hand the command a moment of silence and wait (bounded) until it reads it: only
+        then does the reply's clock start, so the command's start-up is not counted as
+        playing (the echo canceller's reference would run ahead of the echo)."""
+        assert self._proc is not None and self._proc.stdin is not None
+        primer = bytes(round(rate * PRIMER_SECONDS) * frame_bytes)
+        self._proc.stdin.write(primer)
+        if self._pipe_fd is None:
+            return
+        deadline = time.monotonic() + COMMAND_START_TIMEOUT
+        while self._unread() >= len(primer) and time.monotonic() < deadline:
+            if self._proc.returncode is not None:
+                return
+            await asyncio.sleep(0.005)
+
+    def _unread(self) -> int:
+        """Bytes handed to the command that it has not read yet."""
+        if self._pipe_fd is None:
+            return 0
+        count = array.array("i", [0])
+        try:
+            fcntl.ioctl(self._pipe_fd, termios.FIONREAD, count)
+        except OSError:
+            return 0
+        return count[0]
 
     async def _write(self, pcm: bytes) -> None:
         assert self._proc is not None and self._proc.stdin is not None
