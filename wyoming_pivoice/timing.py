@@ -27,6 +27,7 @@ STAMPS = (
     "tts_request",  # first phrase sent to TTS
     "tts_first_audio",
     "first_played",  # first sample of the reply went to the speaker
+    "barge_in",  # the user's speech stopped the reply
     "playback_done",
 )
 
@@ -50,6 +51,8 @@ class TurnClock:
     speculation_cancelled: int = 0
     interrupted: bool = False  # a barge-in stopped the reply
     error: str | None = None
+    # The mic while the reply played, before and after echo cancellation (None: no AEC).
+    echo: dict[str, float | None] | None = None
 
     def mark(self, name: str, at: float | None = None) -> float:
         """Set a stamp (now, unless `at` is given); returns it."""
@@ -94,6 +97,7 @@ class TurnClock:
             "speculation": {"used": self.speculation_used, "cancelled": self.speculation_cancelled},
             "ms": self.figures(),
             "barged_in": self.interrupted,
+            "echo": self.echo,
             "error": self.error,
         }
 
@@ -105,6 +109,8 @@ class TurnClock:
         error = f", error: {self.error}" if self.error else ""
         if self.interrupted:
             error += ", stopped by barge-in"
+        if self.echo and self.echo.get("erle_db") is not None:
+            extra += f", echo cancelled by {self.echo['erle_db']:.0f} dB"
         return f"Turn {self.turn} ({self.mode}): {', '.join(parts) or 'no figures'}{extra}{error}"
 
 

@@ -13,7 +13,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from ..settings import ZeroconfSettings
-from .settings import MicSettings, SatelliteSettings, SndSettings, VadSettings
+from .settings import EchoSettings, MicSettings, SatelliteSettings, SndSettings, VadSettings
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -82,6 +82,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="pace --snd-wav / null output like a real speaker",
     )
+
+    aec = parser.add_argument_group(
+        "audio processing on the microphone (WebRTC APM: echo cancellation with the played "
+        "audio as reference)"
+    )
+    aec.add_argument(
+        "--no-aec",
+        action="store_true",
+        help="no echo cancellation (only where the microphone cannot hear the speaker)",
+    )
+    aec.add_argument("--noise-suppression", action="store_true", help="WebRTC noise suppression")
+    aec.add_argument("--auto-gain", action="store_true", help="WebRTC automatic gain control")
+    aec.add_argument("--high-pass", action="store_true", help="WebRTC high-pass filter")
 
     vad = parser.add_argument_group("voice activity (Silero VAD)")
     vad.add_argument("--vad-threshold", type=float, default=VadSettings.threshold)
@@ -202,6 +215,12 @@ def settings_from_args(args: argparse.Namespace) -> SatelliteSettings:
             speculate_ms=args.speculate_ms,
             pad_ms=args.vad_pad_ms,
             max_speech_s=args.vad_max_speech_s,
+        ),
+        echo=EchoSettings(
+            echo_cancellation=not args.no_aec,
+            noise_suppression=args.noise_suppression,
+            high_pass_filter=args.high_pass,
+            auto_gain_control=args.auto_gain,
         ),
         pipeline=args.pipeline,
         timing_log=args.timing_log,

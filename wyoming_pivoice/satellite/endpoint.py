@@ -15,6 +15,7 @@ import asyncio
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
@@ -59,6 +60,9 @@ class EndpointLogic:
     def __init__(self, settings: VadSettings) -> None:
         self.settings = settings
         self.threshold = settings.threshold
+        # While the speaker may be heard (a reply or its tail), what is left of its echo
+        # after cancelling must not start an utterance: a start then needs this probability.
+        self.guarded = False
         self.neg_threshold = max(0.0, settings.threshold - HYSTERESIS)
         self.silence_frames = max(1, _frames(settings.silence_ms))
         self.min_speech_frames = max(1, _frames(settings.min_speech_ms))
@@ -89,8 +93,9 @@ class EndpointLogic:
         return self._state == "speech"
 
     def process(self, probability: float, frame: bytes, now: float) -> list[EndpointEvent]:
+        start = self.settings.echo_threshold if self.guarded else self.threshold
         if self._state == "idle":
-            if probability >= self.threshold:
+            if probability >= start:
                 self._begin_candidate(frame, now)
                 return self._maybe_start(now)
             self._prespeech.append(frame)
@@ -105,7 +110,7 @@ class EndpointLogic:
             self._last_voiced_index = len(self._frames) - 1
             self._last_voiced = now
             if self._state == "candidate":
-                if probability >= self.threshold:
+                if probability >= start:
                     self._voiced += 1
                 return self._maybe_start(now)
             events = self._check_length(now)
@@ -211,6 +216,8 @@ class Endpointer:
     def __init__(self, settings: VadSettings, vad: object | None = None) -> None:
         self.settings = settings
         self.logic = EndpointLogic(settings)
+        # Tells whether the microphone may be hearing the speaker (see echo.py).
+        self.echo_possible: Callable[[], bool] | None = None
         self._vad = vad
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="pivoice vad")
         self.last_probability = 0.0
@@ -244,6 +251,7 @@ class Endpointer:
         loop = asyncio.get_running_loop()
         prob = await loop.run_in_executor(self._executor, self.probability, chunk)
         self.last_probability = prob
+        self.logic.guarded = self.echo_possible is not None and self.echo_possible()
         return self.logic.process(prob, chunk, now)
 
     def feed_sync(self, chunk: bytes, now: float) -> list[EndpointEvent]:

@@ -605,6 +605,7 @@ def _read_wav(path: str) -> tuple[bytes, int, int, int]:
 async def serve_ha_satellite(settings: SatelliteSettings) -> int:
     from .audio_in import open_source
     from .audio_out import open_sink
+    from .echo import cancel_echo, open_canceller
 
     if not settings.uri:
         raise ValueError("Home Assistant mode needs --uri")
@@ -618,9 +619,10 @@ async def serve_ha_satellite(settings: SatelliteSettings) -> int:
             _LOGGER.error("%s", err)
             return 2
     endpointer = Endpointer(settings.vad)
-    satellite = HaSatellite(
-        settings, open_source(settings.mic), open_sink(settings.snd), endpointer, wake
-    )
+    sink = open_sink(settings.snd)
+    # What HA hears (a follow-up question, its wake word) must not carry the reply's echo.
+    source = cancel_echo(open_source(settings.mic), sink, endpointer, open_canceller(settings.echo))
+    satellite = HaSatellite(settings, source, sink, endpointer, wake)
     try:
         server = AsyncServer.from_uri(settings.uri)
     except ValueError as err:

@@ -31,6 +31,7 @@ from ..text import PhraseSplitter
 from ..timing import TimingLog, TurnClock
 from .audio_in import AudioSource, open_source
 from .audio_out import AudioSink, open_sink
+from .echo import EchoCanceller, cancel_echo, open_canceller
 from .endpoint import Endpointer, EndpointEvent, EndpointKind
 from .settings import SatelliteSettings
 from .stages import (
@@ -295,9 +296,12 @@ class Turns:
 class Player:
     """Plays confirmed runs in order; a barge-in stops the one playing."""
 
-    def __init__(self, sink: AudioSink, timing: TimingLog) -> None:
+    def __init__(
+        self, sink: AudioSink, timing: TimingLog, canceller: EchoCanceller | None = None
+    ) -> None:
         self.sink = sink
         self.timing = timing
+        self.canceller = canceller
         self.playing = False
         self.turns = 0
         self._current: TurnRun | None = None
@@ -328,6 +332,8 @@ class Player:
             if self.sink.first_sample_at is not None:
                 clock.mark("first_played", self.sink.first_sample_at)
             clock.mark("playback_done")
+            if self.canceller is not None:
+                clock.echo = self.canceller.take_stats().as_dict()
         if self._interrupted:
             clock.interrupted = True
 
@@ -337,6 +343,7 @@ class Player:
         if run is None or not self.playing:
             return
         _LOGGER.info("Barge-in: stopping the reply of turn %d", run.clock.turn)
+        run.clock.mark("barge_in")
         self._interrupted = True
         await self.sink.stop()
         self.playing = False
@@ -362,17 +369,21 @@ class Satellite:
         if not settings.server:
             raise ValueError("standalone mode needs --server tcp://HOST:PORT")
         self.settings = settings
-        self.source = source or open_source(settings.mic)
         self.sink = sink or open_sink(settings.snd)
-        self.link = ServerLink(settings.server, retry_seconds=settings.server_retry_s)
         self.endpointer = Endpointer(settings.vad)
+        # The microphone hears the speaker: the canceller takes what the sink plays out of it.
+        self.canceller = open_canceller(settings.echo)
+        self.source = cancel_echo(
+            source or open_source(settings.mic), self.sink, self.endpointer, self.canceller
+        )
+        self.link = ServerLink(settings.server, retry_seconds=settings.server_retry_s)
         self.wake = None
         if settings.wake_word:
             from .wake import WakeWord
 
             self.wake = WakeWord(settings.wake_word)
         self.timing = timing or TimingLog(settings.timing_log)
-        self.player = Player(self.sink, self.timing)
+        self.player = Player(self.sink, self.timing, self.canceller)
         # With a wake word, speech reaches the endpointer only after it: the word itself barges in.
         on_wake = self.player.interrupt if settings.barge_in else None
         self.listener = Listener(self.source, self.endpointer, self.wake, on_wake=on_wake)

@@ -31,6 +31,8 @@ class SndSettings:
 @dataclass(frozen=True)
 class VadSettings:
     threshold: float = 0.5
+    # While a reply (or its echo's tail) may be heard, speech must reach this to start.
+    echo_threshold: float = 0.85
     silence_ms: int = 300  # the silence window that ends an utterance
     prespeech_ms: int = 300  # audio kept from before the speech started
     min_speech_ms: int = 150  # shorter blips never start an utterance
@@ -46,6 +48,27 @@ class VadSettings:
 
 
 @dataclass(frozen=True)
+class EchoSettings:
+    """The capture path's audio processing (WebRTC's APM, see echo.py)."""
+
+    echo_cancellation: bool = True
+    noise_suppression: bool = False
+    high_pass_filter: bool = False
+    auto_gain_control: bool = False
+
+    @property
+    def active(self) -> bool:
+        """Whether the APM runs at all."""
+        return self.echo_cancellation or self.always_process
+
+    @property
+    def always_process(self) -> bool:
+        """Every chunk comes out of the APM. With echo cancellation alone, only chunks that
+        may hold echo do; the rest pass untouched, so speech outside replies is as captured."""
+        return self.noise_suppression or self.high_pass_filter or self.auto_gain_control
+
+
+@dataclass(frozen=True)
 class SatelliteSettings:
     server: str | None = None  # standalone: the pivoice server, tcp://HOST:PORT
     server_retry_s: float = 10.0  # a request waits this long for an unreachable server
@@ -53,6 +76,7 @@ class SatelliteSettings:
     mic: MicSettings = field(default_factory=MicSettings)
     snd: SndSettings = field(default_factory=SndSettings)
     vad: VadSettings = field(default_factory=VadSettings)
+    echo: EchoSettings = field(default_factory=EchoSettings)
     pipeline: str = "streaming"  # streaming | sequential
     timing_log: str | None = None
     barge_in: bool = True

@@ -1,0 +1,120 @@
+"""Echo cancellation (WebRTC AEC3 through livekit) between what the satellite plays and hears."""
+
+from __future__ import annotations
+
+import wave
+
+import numpy as np
+import pytest
+
+from tests.helpers import make_speech
+from wyoming_pivoice.audio import PcmFormat, StreamingConverter
+from wyoming_pivoice.room.acoustics import EchoPath, NoiseFloor, RoomAcoustics
+from wyoming_pivoice.satellite.audio_in import CHUNK_SAMPLES, CHUNK_SECONDS
+from wyoming_pivoice.satellite.audio_out import NullSink
+from wyoming_pivoice.satellite.echo import EchoCanceller
+from wyoming_pivoice.satellite.settings import EchoSettings
+
+RATE = 16000
+
+
+def _wav(path):
+    with wave.open(str(path)) as w:
+        return w.readframes(w.getnframes()), w.getframerate()
+
+
+def _dbfs(x: np.ndarray) -> float:
+    return 10 * np.log10(np.mean(np.asarray(x, dtype=np.float64) ** 2) + 1e-20)
+
+
+@pytest.fixture(scope="module")
+def reply(tmp_path_factory):
+    """A reply at Piper's rate, 22050 Hz, as the sink gets it."""
+    path = make_speech(
+        "Here is a joke about cats. Why did the cat sit on the computer? To keep an eye on "
+        "the mouse.",
+        tmp_path_factory.mktemp("echo") / "reply.wav", rate=22050, pad_before=0.0, pad_after=0.0,
+    )  # fmt: skip
+    return _wav(path)
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory):
+    path = make_speech("Turn off the kitchen lights.", tmp_path_factory.mktemp("echo") / "u.wav",
+                       voice="en-us+f3", pad_before=0.0, pad_after=0.0)  # fmt: skip
+    pcm, _ = _wav(path)
+    return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768
+
+
+def _run(reply, acoustics: RoomAcoustics, user: np.ndarray | None = None, ref_late_ms=0.0):
+    """Play `reply` from t=0.5 s through the room; the mic is read every 32 ms. Returns
+    (mic in, mic out, the sample where the reply starts, where it ends)."""
+    pcm, rate = reply
+    fmt = PcmFormat(rate, 2, 1)
+    canceller = EchoCanceller(EchoSettings())
+    played16 = StreamingConverter(fmt, RATE).convert(pcm)
+    start = RATE // 2
+    total = start + len(played16) + RATE  # a second of tail after the reply
+    speaker = np.zeros(total, dtype=np.float32)
+    speaker[start : start + len(played16)] = played16
+    mic = EchoPath(acoustics).process(speaker) + NoiseFloor(acoustics.noise_dbfs, 1).block(total)
+    after = start + len(played16) + RATE // 4
+    if user is not None:
+        mic[after : after + len(user)] += user[: total - after]
+    # The sink hands the reply over in 20 ms pieces, each with the time it is due to play.
+    piece = int(rate * 0.02) * 2
+    for i, offset in enumerate(range(0, len(pcm), piece)):
+        canceller.reference(pcm[offset : offset + piece], fmt, 0.5 + i * 0.02 + ref_late_ms / 1000)
+    out = []
+    for n in range(total // CHUNK_SAMPLES):
+        chunk = mic[n * CHUNK_SAMPLES : (n + 1) * CHUNK_SAMPLES]
+        pcm16 = (np.clip(chunk, -1, 1) * 32767).astype("<i2").tobytes()
+        # Read when the chunk's last sample has been captured.
+        processed = canceller.process(pcm16, (n + 1) * CHUNK_SECONDS)
+        out.append(np.frombuffer(processed, dtype="<i2").astype(np.float32) / 32768)
+    heard = mic[: len(out) * CHUNK_SAMPLES]
+    return heard, np.concatenate(out), start, start + len(played16), canceller
+
+
+@pytest.mark.parametrize("echo_db, delay_ms, tail_ms", [(-6, 20, 60), (-6, 120, 60), (-10, 40, 0)])
+def test_the_reply_is_taken_out_of_the_microphone(reply, echo_db, delay_ms, tail_ms):
+    acoustics = RoomAcoustics(echo_db=echo_db, delay_ms=delay_ms, tail_ms=tail_ms)
+    heard, out, start, end, canceller = _run(reply, acoustics)
+    # After AEC3 has adapted (the first 2 s), the echo is at least 20 dB down.
+    settled = slice(start + 2 * RATE, end)
+    assert _dbfs(out[settled]) < _dbfs(heard[settled]) - 20
+    stats = canceller.take_stats()
+    # Counted while the reference is audible: the reply, less its silent gaps.
+    assert 0.5 * (end - start) / RATE < stats.seconds <= (end - start) / RATE + 0.1
+    assert stats.erle_db is not None and stats.erle_db > 20
+    assert canceller.take_stats().seconds == 0  # taken
+
+
+def test_a_reference_fed_late_is_still_cancelled_up_to_its_delay(reply):
+    """The sink's due time can be late by the device's unknown latency; AEC3 finds it."""
+    acoustics = RoomAcoustics(echo_db=-6, delay_ms=120, tail_ms=60)
+    heard, out, start, end, _ = _run(reply, acoustics, ref_late_ms=60)
+    settled = slice(start + 2 * RATE, end)
+    assert _dbfs(out[settled]) < _dbfs(heard[settled]) - 20
+
+
+def test_the_user_after_the_reply_passes_through(reply, user):
+    acoustics = RoomAcoustics(echo_db=-6, delay_ms=40, tail_ms=60)
+    heard, out, _, end, canceller = _run(reply, acoustics, user)
+    voice = slice(end + RATE // 4 + RATE // 2, min(len(out), end + RATE // 4 + len(user)))
+    assert _dbfs(out[voice]) == pytest.approx(_dbfs(heard[voice]), abs=3)
+    assert not canceller.echo_possible  # a second after the reply: no echo to expect
+
+
+async def test_the_sink_reports_each_piece_with_its_due_time():
+    sink = NullSink(realtime=True)
+    taps: list[tuple[int, float]] = []
+    sink.tap = lambda pcm, fmt, due: taps.append((len(pcm), due))
+    pcm = bytes(22050 * 2 // 2)  # 0.5 s
+    await sink.play(pcm, 22050, 2, 1)
+    await sink.drain()
+    assert sum(n for n, _ in taps) == len(pcm)
+    dues = [due for _, due in taps]
+    # Each piece is due when the one before it has played (later only after an underrun).
+    for (n, due), later in zip(taps, dues[1:], strict=False):
+        assert later >= due + n / 2 / 22050 - 1e-6
