@@ -1,0 +1,84 @@
+"""The standalone satellite in a room that echoes: the real satellite process, its speaker and
+microphone commands joined by the room simulator, against the real server on the real models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from wyoming_pivoice.bench.servers import warm
+from wyoming_pivoice.room.acoustics import RoomAcoustics
+from wyoming_pivoice.room.session import RoomRun, run_satellite_in_room
+from wyoming_pivoice.room.simulator import Say
+
+from .helpers import make_speech, read_wav
+
+# Loud and late, with a room tail: the speaker's own voice reaches the mic 6 dB down.
+ECHOING = RoomAcoustics(echo_db=-6, delay_ms=60, tail_ms=60, noise_dbfs=-60, seed=7)
+
+
+def said(text: str, path: Path, **when: float | int) -> Say:
+    make_speech(text, path, voice="en-us", speed=150, pad_before=0.0, pad_after=0.0)
+    audio = np.frombuffer(read_wav(path)[0], dtype="<i2").astype(np.float32) / 32768
+    return Say(text, audio, **when)  # type: ignore[arg-type]
+
+
+def words(text: str) -> set[str]:
+    return set("".join(c if c.isalnum() else " " for c in text.lower()).split())
+
+
+def describe(run: RoomRun) -> str:
+    turns = [(t["transcript"], t["barged_in"], t["reply"][:60]) for t in run.turns]
+    return f"turns: {turns}\n--- satellite log (tail) ---\n{run.log[-4000:]}"
+
+
+async def room_run(
+    server_port: int, tmp_path: Path, script: list[Say], *extra: str, limit_s: float = 60
+) -> RoomRun:
+    uri = f"tcp://127.0.0.1:{server_port}"
+    await warm(uri)  # the room's clock does not wait for models still loading
+    return await run_satellite_in_room(uri, script, ECHOING, tmp_path, *extra, limit_s=limit_s)
+
+
+async def test_one_question_in_an_echoing_room_is_one_turn(server_port: int, tmp_path: Path):
+    question = said("What is the capital of France?", tmp_path / "q.wav", at=0.5)
+    run = await room_run(server_port, tmp_path, [question])
+    assert run.settled, describe(run)
+    assert len(run.turns) == 1, describe(run)
+    [turn] = run.turns
+    assert "france" in words(turn["transcript"]), describe(run)
+    assert not turn["barged_in"], describe(run)
+    # The reply played to the end, and it was real speech of a plausible length.
+    [reply] = run.room.replies
+    assert reply.ended is not None and reply.seconds > 1.0
+    assert len(turn["reply"]) / 30 < reply.seconds < len(turn["reply"]) / 5 + 1.5
+    # The canceller took the reply's echo out of the microphone.
+    assert turn["echo"]["erle_db"] > 10, turn["echo"]
+
+
+async def test_talking_over_the_reply_stops_it_and_is_answered(server_port: int, tmp_path: Path):
+    question = said("Tell me a joke about cats.", tmp_path / "q.wav", at=0.5)
+    over = said("Turn off the kitchen lights.", tmp_path / "over.wav", reply=1, after_ms=1000)
+    run = await room_run(server_port, tmp_path, [question, over])
+    assert run.settled, describe(run)
+    assert len(run.turns) == 2, describe(run)
+    first, second = run.turns
+    assert first["barged_in"], describe(run)
+    assert "kitchen" in words(second["transcript"]), describe(run)
+    assert not second["barged_in"], describe(run)
+    # The first reply stopped soon after the user started talking.
+    stopped = run.room.replies[0].ended
+    assert over.onset is not None and stopped is not None
+    assert stopped - over.onset < 1.0, describe(run)
+    assert run.room.replies[1].ended is not None
+
+
+async def test_without_echo_cancellation_the_room_shows_the_self_talk_loop(
+    server_port: int, tmp_path: Path
+):
+    """The check that the room can fail: the same question with --no-aec answers itself."""
+    question = said("Tell me a joke about cats.", tmp_path / "q.wav", at=0.5)
+    run = await room_run(server_port, tmp_path, [question], "--no-aec", "--max-turns", "3",
+                         limit_s=45)  # fmt: skip
+    assert len(run.turns) >= 2, describe(run)

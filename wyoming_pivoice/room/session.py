@@ -1,0 +1,69 @@
+"""The real satellite process in a simulated room: used by the tests and `bench --room`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .acoustics import RoomAcoustics
+from .simulator import Room, Say
+
+
+@dataclass
+class RoomRun:
+    room: Room
+    turns: list[dict]  # the satellite's timing log, one record per turn
+    log: str  # what the satellite printed
+    settled: bool  # the room fell quiet (False: the time limit ended the run)
+
+
+async def run_satellite_in_room(
+    server: str,
+    script: list[Say],
+    acoustics: RoomAcoustics,
+    workdir: Path,
+    *extra: str,
+    quiet_s: float = 4.0,
+    limit_s: float = 60.0,
+    log_level: str = "DEBUG",
+) -> RoomRun:
+    """Run `wyoming-pivoice satellite --server SERVER` with its speaker and microphone in the
+    room, until the script has been said and no reply has played for `quiet_s` (or until
+    `limit_s`); then stop it with SIGTERM."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    timing = workdir / "timing.jsonl"
+    timing.unlink(missing_ok=True)
+    log_path = workdir / "satellite.log"
+    async with Room(acoustics, script) as room:
+        with open(log_path, "w") as log:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "wyoming_pivoice", "--log-level", log_level, "satellite",
+                "--server", server,
+                "--mic-command", room.mic_command, "--snd-command", room.speaker_command,
+                "--timing-log", str(timing), *extra,
+                stdout=log, stderr=asyncio.subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+            try:
+
+                def quiet() -> bool:
+                    since = room.quiet_since
+                    return room.user_done() and since is not None and room.now - since >= quiet_s
+
+                settled = await room.wait_for(quiet, limit_s)
+            finally:
+                if proc.returncode is None:
+                    proc.terminate()
+                    try:
+                        await asyncio.wait_for(proc.wait(), 10)
+                    except asyncio.TimeoutError:
+                        proc.kill()
+                        await proc.wait()
+    turns = (
+        [json.loads(line) for line in timing.read_text().splitlines()] if timing.exists() else []
+    )
+    return RoomRun(room, turns, log_path.read_text(), settled)

@@ -1,0 +1,299 @@
+"""A room between the satellite's speaker and microphone commands, at real-time pace.
+
+The room ticks every 32 ms. Each tick the speaker plays 512 samples (16 kHz) of what its
+commands handed it, the echo path turns that into what reaches the microphone, the
+scripted user's voice and the noise floor are added, and the block goes to every
+microphone command. The speaker takes audio only while its device buffer has room, so a
+speaker command is held back the way a sound card holds back `aplay`; when a speaker
+command's input ends, the room plays what it holds, then lets the command exit; when a
+speaker command is killed, the sound stops at once (within a tick), as a device's does.
+
+Scripted speech (`Say`) starts at a time after the microphone opened, or a number of
+milliseconds after the speaker first makes a sound in a given reply (a user talking over
+it), or after a reply has ended. Every reply and every utterance is logged with its
+times, so a test or the bench can tell what happened when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..audio import PcmFormat, StreamingConverter
+from .acoustics import RATE, EchoPath, NoiseFloor, RoomAcoustics
+
+_LOGGER = logging.getLogger(__name__)
+
+BLOCK = 512  # one tick: 32 ms, one VAD frame
+BLOCK_SECONDS = BLOCK / RATE
+SPEAKER_BUFFER_S = 0.06  # the speaker's device buffer
+SOUND_RMS = 10 ** (-60 / 20)  # a block louder than −60 dBFS makes a sound
+MIC_BACKLOG_S = 2.0  # a microphone reader further behind than this is dropped
+
+
+@dataclass
+class Say:
+    """Something the user says, and when."""
+
+    text: str
+    audio: np.ndarray  # float32, 16 kHz mono
+    at: float | None = None  # seconds after the microphone opened
+    reply: int | None = None  # …or during/after reply N (1-based, in the order they play)
+    after_ms: float = 0.0  # this long after that reply first makes a sound (or ends)
+    after_end: bool = False  # count after_ms from the reply's end instead
+    gain_db: float = 0.0
+    onset: float | None = None  # monotonic time the voice started (set by the room)
+
+    @property
+    def seconds(self) -> float:
+        return len(self.audio) / RATE
+
+
+@dataclass
+class Reply:
+    """One speaker command: one reply of the satellite."""
+
+    number: int
+    fmt: PcmFormat
+    opened: float
+    first_sound: float | None = None
+    last_sound: float | None = None
+    closed: float | None = None  # its command ended (finished or killed)
+    killed: bool = False  # the command died before saying its audio had ended
+    ended: float | None = None  # the room played the last of it
+    seconds: float = 0.0  # audio played
+    _fifo: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    _space: asyncio.Event = field(default_factory=asyncio.Event)
+    _done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Room:
+    """Run with `async with Room(...) as room:`; hand the satellite `room.mic_command` and
+    `room.speaker_command`."""
+
+    def __init__(
+        self,
+        acoustics: RoomAcoustics | None = None,
+        script: list[Say] | None = None,
+        folder: str | Path | None = None,
+        speaker_buffer_s: float = SPEAKER_BUFFER_S,
+        record: bool = False,
+    ) -> None:
+        self.acoustics = acoustics = acoustics or RoomAcoustics()
+        self.script = list(script or [])
+        self.speaker_buffer = round(speaker_buffer_s * RATE)
+        self.record = record
+        self._tmp = None if folder else tempfile.TemporaryDirectory(prefix="pivoice-room-")
+        folder = Path(folder or self._tmp.name)  # type: ignore[union-attr]
+        self.mic_path = folder / "mic.sock"
+        self.speaker_path = folder / "speaker.sock"
+        self.replies: list[Reply] = []
+        self.mic_opened: float | None = None  # room time of the first block a mic got
+        self.recordings: dict[str, list[np.ndarray]] = {"echo": [], "voice": [], "mic": []}
+        self._echo = EchoPath(acoustics)
+        self._noise = NoiseFloor(acoustics.noise_dbfs, acoustics.seed)
+        self._mics: list[asyncio.StreamWriter] = []
+        self._voices: list[tuple[Say, int]] = []  # (utterance, samples already said)
+        self._servers: list[asyncio.AbstractServer] = []
+        self._ticker: asyncio.Task[None] | None = None
+        self._tick = asyncio.Condition()
+        self.now = time.monotonic()
+
+    # ---- commands for the satellite ------------------------------------------------------
+
+    @property
+    def _client(self) -> str:
+        return f"{sys.executable} -m wyoming_pivoice.room.client"
+
+    @property
+    def mic_command(self) -> str:
+        return f"exec {self._client} mic {self.mic_path}"
+
+    @property
+    def speaker_command(self) -> str:
+        return f"exec {self._client} speaker {self.speaker_path} {{rate}} {{width}} {{channels}}"
+
+    # ---- life ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Room:
+        self._servers = [
+            await asyncio.start_unix_server(self._on_mic, path=str(self.mic_path)),
+            await asyncio.start_unix_server(self._on_speaker, path=str(self.speaker_path)),
+        ]
+        self._ticker = asyncio.create_task(self._run(), name="room")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        for server in self._servers:
+            server.close()
+        for writer in self._mics:
+            writer.close()
+        for reply in self.replies:
+            reply._done.set()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    async def wait_for(self, condition: Callable[[], bool], timeout: float) -> bool:
+        """Wait (in room time, tick by tick) until `condition()`; False on timeout."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            async with self._tick:
+                await asyncio.wait_for(self._tick.wait_for(condition), timeout)
+            return True
+        return False
+
+    # ---- connections ----------------------------------------------------------------------
+
+    async def _on_mic(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        self._mics.append(writer)
+
+    async def _on_speaker(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        header = (await reader.readline()).decode().split()
+        try:
+            fmt = PcmFormat(*(int(value) for value in header[1:4]))
+        except (TypeError, ValueError):
+            writer.close()
+            return
+        reply = Reply(len(self.replies) + 1, fmt, self.now)
+        self.replies.append(reply)
+        converter = StreamingConverter(fmt, RATE)
+        reply._space.set()
+        try:
+            while True:
+                await reply._space.wait()
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                if not size:  # the command's input ended: play out what it handed over
+                    reply._fifo = np.concatenate([reply._fifo, converter.flush()])
+                    break
+                data = await reader.readexactly(size)
+                reply._fifo = np.concatenate([reply._fifo, converter.convert(data)])
+                if len(reply._fifo) >= self.speaker_buffer:
+                    reply._space.clear()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            # The command died (killed on barge-in): the device stops, its buffer is lost.
+            reply._fifo = reply._fifo[:0]
+            reply.killed = True
+        reply.closed = self.now
+        await reply._done.wait()  # the room played the rest
+        with contextlib.suppress(ConnectionError):
+            writer.close()
+            await writer.wait_closed()
+
+    # ---- the clock --------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        start = time.monotonic()
+        tick = 0
+        while True:
+            tick += 1
+            due = start + tick * BLOCK_SECONDS
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self.now = due
+            self._step()
+            async with self._tick:
+                self._tick.notify_all()
+
+    def _step(self) -> None:
+        if self.mic_opened is None and self._mics:
+            self.mic_opened = self.now  # this tick's block is the microphone's first
+        played = np.zeros(BLOCK, dtype=np.float32)
+        for reply in self.replies:
+            if reply.ended is not None:
+                continue
+            take = reply._fifo[:BLOCK]
+            reply._fifo = reply._fifo[BLOCK:]
+            played[: len(take)] += take
+            reply.seconds += len(take) / RATE
+            if len(take) and float(np.sqrt(np.mean(take * take))) > SOUND_RMS:
+                reply.first_sound = reply.first_sound or self.now
+                reply.last_sound = self.now
+            if len(reply._fifo) < self.speaker_buffer:
+                reply._space.set()
+            if reply.closed is not None and not len(reply._fifo):
+                reply.ended = self.now
+                reply._done.set()
+        echo = self._echo.process(played)
+        voice = self._voice_block()
+        mic = echo + voice + self._noise.block(BLOCK)
+        if self.record and self.mic_opened is not None:
+            for name, block in (("echo", echo), ("voice", voice), ("mic", mic)):
+                self.recordings[name].append(block)
+        pcm = (np.clip(mic, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+        for writer in list(self._mics):
+            if writer.is_closing() or writer.transport.get_write_buffer_size() > (
+                MIC_BACKLOG_S * RATE * 2
+            ):
+                self._mics.remove(writer)
+                writer.close()
+                continue
+            writer.write(pcm)
+
+    def _voice_block(self) -> np.ndarray:
+        for say in self.script:
+            if say.onset is None and self._due(say):
+                say.onset = self.now
+                self._voices.append((say, 0))
+                _LOGGER.info("Room: the user says %r", say.text)
+        block = np.zeros(BLOCK, dtype=np.float32)
+        voices = []
+        for say, done in self._voices:
+            piece = say.audio[done : done + BLOCK] * 10 ** (say.gain_db / 20)
+            block[: len(piece)] += piece
+            if done + BLOCK < len(say.audio):
+                voices.append((say, done + BLOCK))
+        self._voices = voices
+        return block
+
+    def _due(self, say: Say) -> bool:
+        if self.mic_opened is None:
+            return False
+        if say.at is not None:
+            return self.now >= self.mic_opened + say.at
+        if say.reply is None or len(self.replies) < say.reply:
+            return False
+        reply = self.replies[say.reply - 1]
+        anchor = reply.ended if say.after_end else reply.first_sound
+        return anchor is not None and self.now >= anchor + say.after_ms / 1000
+
+    # ---- what happened -----------------------------------------------------------------
+
+    def mic_index(self, when: float) -> int:
+        """The sample of the microphone stream (and of the recordings) at room time `when`."""
+        assert self.mic_opened is not None
+        return round((when - self.mic_opened) * RATE)
+
+    def recording(self, name: str) -> np.ndarray:
+        blocks = self.recordings[name]
+        return np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.float32)
+
+    @property
+    def quiet_since(self) -> float | None:
+        """Since when neither a reply nor the user has made a sound (None while one does)."""
+        if self.mic_opened is None or any(reply.ended is None for reply in self.replies):
+            return None
+        ends = [reply.ended for reply in self.replies if reply.ended is not None]
+        for say in self.script:
+            if say.onset is not None:
+                ends.append(say.onset + say.seconds)
+        return max([self.mic_opened, *ends])
+
+    def user_done(self) -> bool:
+        """Everything in the script has been said."""
+        return all(
+            say.onset is not None and self.now >= say.onset + say.seconds for say in self.script
+        )
