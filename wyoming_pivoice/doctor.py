@@ -10,9 +10,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from .doctor_audio import AudioProbe, check_audio, probe_pyaudio
+from .doctor_audio import (
+    AudioProbe,
+    EchoChoice,
+    check_audio,
+    check_echo,
+    probe_echo_canceller,
+    probe_pyaudio,
+)
 from .doctor_base import Finding, Machine, Status
 from .doctor_models import ModelChoice, check_models, memory_need
 from .doctor_system import (
@@ -36,6 +44,7 @@ CHECKS = (
     "throttling",
     "audio-devices",
     "capture-16k",
+    "echo-cancellation",
     "model-asr",
     "model-voice",
     "model-llm",
@@ -54,6 +63,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--root", type=Path, default=Path("/"), help="read sys/ and proc/ under this folder"
     )
     parser.add_argument("--no-audio", action="store_true", help="skip asking PortAudio")
+    satellite = parser.add_argument_group("the satellite's options to check")
+    satellite.add_argument("--no-aec", action="store_true")
+    satellite.add_argument("--no-barge-in", action="store_true")
     models = parser.add_argument_group("the models to check (the server's options)")
     models.add_argument("--asr-model", default=EMBEDDED)
     models.add_argument("--voice", default=EMBEDDED)
@@ -63,7 +75,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_checks(
-    machine: Machine, choice: ModelChoice, audio_probe: AudioProbe | None = probe_pyaudio
+    machine: Machine,
+    choice: ModelChoice,
+    audio_probe: AudioProbe | None = probe_pyaudio,
+    echo: EchoChoice | None = None,
+    echo_probe: Callable[[], str | None] = probe_echo_canceller,
 ) -> list[Finding]:
     """All findings, in CHECKS order; audio_probe None skips PortAudio."""
     model_findings = check_models(choice)
@@ -85,6 +101,7 @@ def run_checks(
         check_temperature(machine),
         check_throttling(machine),
         *audio,
+        check_echo(echo or EchoChoice(), echo_probe),
         *model_findings,
     ]
     return sorted(findings, key=lambda f: CHECKS.index(f.check))
@@ -121,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         voice_dirs=tuple(args.voice_dir),
         llm=args.llm_model,
     )
-    findings = run_checks(machine, choice, None if args.no_audio else probe_pyaudio)
+    echo = EchoChoice(aec=not args.no_aec, barge_in=not args.no_barge_in)
+    findings = run_checks(machine, choice, None if args.no_audio else probe_pyaudio, echo)
     sys.stdout.write((render_json if args.json else render_text)(findings) + "\n")
     return exit_code(findings)

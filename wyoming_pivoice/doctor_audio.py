@@ -175,3 +175,70 @@ def _check_capture(report: AudioReport, inputs: list[AudioDevice]) -> Finding:
         fix=CAPTURE_FIX,
         data=data,
     )
+
+
+# ---- echo cancellation ----------------------------------------------------------------------
+
+AEC_FIX = (
+    "reinstall the satellite's dependencies (script/setup: the `livekit` wheel carries WebRTC's "
+    "echo canceller), or run the satellite with --no-barge-in"
+)
+
+
+@dataclass(frozen=True)
+class EchoChoice:
+    """The satellite's options that decide whether it can hear itself."""
+
+    aec: bool = True
+    barge_in: bool = True
+
+
+def probe_echo_canceller() -> str | None:
+    """None when WebRTC's AEC3 loads here and cancels a frame; else why not."""
+    try:
+        from .satellite.echo import EchoCanceller
+        from .satellite.settings import EchoSettings
+
+        canceller = EchoCanceller(EchoSettings())
+        canceller.process(bytes(1024), 0.0)
+    except Exception as err:  # ImportError, OSError from the native library, …
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def check_echo(choice: EchoChoice, probe: Callable[[], str | None]) -> Finding:
+    data = {"aec": choice.aec, "barge_in": choice.barge_in}
+    if not choice.aec:
+        if choice.barge_in:
+            return Finding(
+                "echo-cancellation",
+                Status.WARN,
+                "off (--no-aec) while barge-in is on: where the microphone hears the speaker, "
+                "the satellite stops its own replies and answers its own voice",
+                fix="drop --no-aec, or add --no-barge-in where the mic cannot hear the speaker",
+                data=data,
+            )
+        return Finding(
+            "echo-cancellation",
+            Status.INFO,
+            "off (--no-aec): fine only where the microphone cannot hear the speaker",
+            data=data,
+        )
+    error = probe()
+    if error is not None:
+        data["error"] = error
+        return Finding(
+            "echo-cancellation",
+            Status.WARN if choice.barge_in else Status.INFO,
+            f"WebRTC's echo canceller cannot load here ({error}): the satellite runs without it"
+            + (" and barge-in will hear the satellite's own replies" if choice.barge_in else ""),
+            fix=AEC_FIX,
+            data=data,
+        )
+    return Finding(
+        "echo-cancellation",
+        Status.OK,
+        "active: WebRTC AEC3 takes the satellite's own playback (whatever speaker or command "
+        "plays it) out of the microphone",
+        data=data,
+    )
