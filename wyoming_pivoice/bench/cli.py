@@ -128,6 +128,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     knobs.add_argument("--knob-reps", type=int, default=2)
 
+    parser.add_argument(
+        "--room",
+        action="store_true",
+        help="the satellite process in simulated rooms whose speaker echoes into the mic: "
+        "self-made turns, barge-in, ERLE, with echo cancellation on and off "
+        "(alone, it skips the latency bench)",
+    )
+
     soak = parser.add_argument_group("soak")
     soak.add_argument(
         "--soak",
@@ -148,7 +156,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     unknown = set(pipelines) - {"streaming", "sequential"}
     if unknown:
         raise SystemExit(f"unknown pipeline(s): {', '.join(sorted(unknown))}")
-    rounds = args.rounds if args.rounds is not None else (0 if args.soak else 3)
+    rounds = args.rounds if args.rounds is not None else (0 if args.soak or args.room else 3)
     return BenchOptions(
         rounds=rounds,
         utterances=args.utterances,
@@ -173,6 +181,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         server_uri=args.server,
         realtime_playback=args.realtime_playback,
         turn_timeout=args.turn_timeout,
+        room=args.room,
     )
 
 

@@ -191,6 +191,10 @@ def render(result: dict[str, Any]) -> str:
     for key, section in (("peers", render_peers), ("knobs", render_knobs), ("soak", render_soak)):
         if result.get(key):
             out.extend(section(result[key]))
+    if result.get("room"):
+        from .room import render as render_room
+
+        out.extend(render_room(result["room"]))
     return "\n".join(out).rstrip() + "\n"
 
 

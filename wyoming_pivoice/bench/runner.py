@@ -63,6 +63,7 @@ class BenchOptions:
     warmup: bool = True  # one untimed turn per pipeline first
     realtime_playback: bool = False
     turn_timeout: float = 120.0
+    room: bool = False  # the satellite process in simulated echoing rooms
 
 
 def configs_for(options: BenchOptions) -> list[Config]:
@@ -104,6 +105,8 @@ def run(options: BenchOptions) -> dict[str, Any]:
     }
     if configs or options.peers or options.soak:
         _server_sections(result, options, utterances, configs, workdir)
+    if options.room:
+        result["room"] = _room(options, utterances, workdir)
     if options.knobs:
         from . import knobs
 
@@ -202,6 +205,16 @@ def _server_sections(
             from .soak import soak
 
             result["soak"] = asyncio.run(soak(server, utterances, options))
+
+
+def _room(options: BenchOptions, utterances: list, workdir: Path) -> dict[str, Any]:
+    from . import room
+
+    # Its own server: replies capped short (see room.ROOM_SERVER_ARGS).
+    args = [*room.ROOM_SERVER_ARGS, *options.server_args]
+    with servers.pivoice_server(workdir / "room-server.log", args) as server:
+        asyncio.run(servers.warm(server.uri))
+        return room.run(server.uri, utterances, workdir / "room", room.default_cases())
 
 
 def _server(options: BenchOptions, workdir: Path) -> contextlib.AbstractContextManager:
