@@ -12,7 +12,8 @@ from wyoming_pivoice.audio import PcmFormat, StreamingConverter
 from wyoming_pivoice.room.acoustics import EchoPath, NoiseFloor, RoomAcoustics
 from wyoming_pivoice.satellite.audio_in import CHUNK_SAMPLES, CHUNK_SECONDS
 from wyoming_pivoice.satellite.audio_out import NullSink
-from wyoming_pivoice.satellite.echo import EchoCanceller
+from wyoming_pivoice.satellite.echo import CaptureClock, EchoCanceller
+from wyoming_pivoice.satellite.endpoint import Hearing
 from wyoming_pivoice.satellite.settings import EchoSettings
 
 RATE = 16000
@@ -103,13 +104,21 @@ def test_the_user_after_the_reply_passes_through(reply, user):
     heard, out, _, end, canceller = _run(reply, acoustics, user)
     voice = slice(end + RATE // 4 + RATE // 2, min(len(out), end + RATE // 4 + len(user)))
     assert _dbfs(out[voice]) == pytest.approx(_dbfs(heard[voice]), abs=3)
-    assert not canceller.echo_possible  # a second after the reply: no echo to expect
+    assert canceller.hearing is Hearing.CLEAR  # a second after the reply: no echo to expect
 
 
 async def test_the_sink_reports_each_piece_with_its_due_time():
     sink = NullSink(realtime=True)
     taps: list[tuple[int, float]] = []
-    sink.tap = lambda pcm, fmt, due: taps.append((len(pcm), due))
+
+    class Tap:
+        def reference(self, pcm, fmt, due):
+            taps.append((len(pcm), due))
+
+        def cut(self, at):
+            raise AssertionError("nothing was stopped")
+
+    sink.tap = Tap()
     pcm = bytes(22050 * 2 // 2)  # 0.5 s
     await sink.play(pcm, 22050, 2, 1)
     await sink.drain()
@@ -118,3 +127,23 @@ async def test_the_sink_reports_each_piece_with_its_due_time():
     # Each piece is due when the one before it has played (later only after an underrun).
     for (n, due), later in zip(taps, dues[1:], strict=False):
         assert later >= due + n / 2 / 22050 - 1e-6
+
+
+def test_a_reader_that_falls_behind_never_makes_audio_look_later():
+    """Chunks read late (a busy loop, a backlog) keep their place on the timeline; a gap in
+    the stream (a restarted mic) is taken up once the window has passed."""
+    clock = CaptureClock()
+    chunk = CHUNK_SAMPLES
+    # On time: chunk n is read just as its last sample is captured.
+    firsts = [clock.first_sample((n + 1) * chunk, chunk) for n in range(10)]
+    assert firsts == [n * chunk for n in range(10)]
+    # A stall: the next five chunks are read in one burst, 300 ms late.
+    late = 10 * chunk + 4800
+    burst = [clock.first_sample(late + k, chunk) for k in range(5)]
+    assert burst == [(10 + k) * chunk for k in range(5)]
+    # The mic restarts after a 2 s gap: after the window its chunks sit at their new place.
+    count = clock.count
+    gap = 32000
+    for n in range(400):  # 12.8 s of chunks read on time after the gap
+        first = clock.first_sample(count * 1 + gap + (n + 1) * chunk, chunk)
+    assert first == count + gap + 399 * chunk

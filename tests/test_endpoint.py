@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from wyoming_pivoice.satellite.audio_in import CHUNK_BYTES, read_wav_16k
-from wyoming_pivoice.satellite.endpoint import Endpointer, EndpointKind, EndpointLogic
+from wyoming_pivoice.satellite.endpoint import Endpointer, EndpointKind, EndpointLogic, Hearing
 from wyoming_pivoice.satellite.settings import VadSettings
 
 from .helpers import make_speech
@@ -159,3 +159,39 @@ def test_silero_endpointer_on_real_speech(speech_dir: Path) -> None:
     assert 0.3 <= end.time - end.last_voiced < 0.3 + FRAME
     # the utterance audio is the speech, not the whole file
     assert 1.0 < end.seconds < len(pcm) / 32000 - 0.5
+
+
+# Silero on what AEC3 left of a reply's echo at its start (the room bench, −6 dB, 40 ms):
+# the first frames leak while AEC3 finds the new reply's delay, and Silero stays high after.
+REPLY_START_RESIDUAL = [0.02, 0.94, 0.97, 0.96, 0.99, 0.98, 0.98, 0.99, 0.92, 0.54, 0.1, 0.05]
+# …and later in a reply, the residual peaks (Silero 0.53-0.68) under the echo threshold.
+RESIDUAL = [0.1, 0.55, 0.66, 0.62, 0.65, 0.68, 0.62, 0.42, 0.22, 0.09, 0.04, 0.02]
+
+
+def test_what_is_left_of_the_echo_starts_no_speech() -> None:
+    logic = EndpointLogic(VadSettings())
+    logic.hearing = Hearing.SETTLING
+    assert run(logic, REPLY_START_RESIDUAL) == []
+    logic.hearing = Hearing.ECHO
+    assert run(logic, RESIDUAL) == []
+    # The same residual with nothing playing would be speech: the guard is what stops it.
+    logic.hearing = Hearing.CLEAR
+    assert [e.kind for _, e in run(logic, RESIDUAL)][:1] == [EndpointKind.SPEECH_STARTED]
+
+
+def test_the_user_over_a_reply_still_starts_speech() -> None:
+    logic = EndpointLogic(VadSettings())
+    logic.hearing = Hearing.ECHO
+    events = run(logic, KITCHEN)
+    assert [e.kind for _, e in events][0] is EndpointKind.SPEECH_STARTED
+    assert events[-1][1].kind is EndpointKind.ENDPOINT
+
+
+def test_an_utterance_under_way_goes_on_when_a_reply_starts() -> None:
+    logic = EndpointLogic(VadSettings(speculate_ms=0))
+    events = run(logic, KITCHEN[:30])
+    assert [e.kind for _, e in events] == [EndpointKind.SPEECH_STARTED]
+    logic.hearing = Hearing.SETTLING
+    for index, prob in enumerate(KITCHEN[30:], start=30):
+        events += [(index, e) for e in logic.process(prob, frame(index), index * FRAME)]
+    assert events[-1][1].kind is EndpointKind.ENDPOINT

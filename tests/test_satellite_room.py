@@ -82,3 +82,45 @@ async def test_without_echo_cancellation_the_room_shows_the_self_talk_loop(
     run = await room_run(server_port, tmp_path, [question], "--no-aec", "--max-turns", "3",
                          limit_s=45)  # fmt: skip
     assert len(run.turns) >= 2, describe(run)
+
+
+async def test_home_assistant_hears_the_follow_up_and_not_the_reply(
+    server_port: int, tmp_path: Path
+):
+    """HA mode in the same room: HA's reply plays through the speaker, the user asks again
+    right after it, and the audio streamed to HA holds the question, not the reply's echo."""
+    from wyoming.satellite import RunSatellite
+    from wyoming.tts import Synthesize
+
+    from wyoming_pivoice.room.simulator import Room
+
+    from .test_ha_satellite import FakeHomeAssistant, satellite, stt, tts
+
+    reply_text = "Here is a joke. Why did the cat sit on the computer? To keep an eye on the mouse."
+    reply_pcm, rate = await tts(server_port, reply_text)
+    first = said("Tell me a joke.", tmp_path / "q1.wav", at=0.5)
+    follow = said("Turn off the kitchen lights.", tmp_path / "q2.wav", reply=1, after_end=True,
+                  after_ms=300)  # fmt: skip
+    async with Room(ECHOING, [first, follow], record=True) as room:
+        args = ("--mic-command", room.mic_command, "--snd-command", room.speaker_command)
+        with satellite(tmp_path, *args) as sat:
+            async with FakeHomeAssistant(sat.port) as ha:
+                await ha.send(RunSatellite().event())
+                ha.keep_pinging()
+                one = await ha.receive_stream()
+                assert "joke" in words(await stt(server_port, one.pcm))
+                await ha.pipeline_events("tell me a joke")
+                await ha.send(Synthesize(text=reply_text).event())
+                await ha.send_reply(reply_pcm, rate)
+                await ha.read_until("played", timeout=60)
+                two = await ha.receive_stream()
+                heard = words(await stt(server_port, two.pcm))
+    assert room.replies[0].ended is not None and room.replies[0].seconds > 3.0
+    assert {"kitchen"} <= heard, heard
+    # None of the reply's words came back to HA ("joke" was the question's, so not "cat",
+    # "computer", "mouse").
+    assert not heard & {"cat", "computer", "mouse", "eye"}, heard
+    # What was streamed before the user spoke (the pre-roll, right after the reply) is quiet.
+    streamed = np.frombuffer(two.pcm, dtype="<i2").astype(np.float32) / 32768
+    pre_roll = streamed[: 16000 * 15 // 100]
+    assert 20 * np.log10(np.sqrt(np.mean(pre_roll**2)) + 1e-9) < -40

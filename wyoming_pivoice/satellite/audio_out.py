@@ -7,7 +7,8 @@ been played (or written); `stop` drops what is queued and stops at once (barge-i
 
 A speaker is handed audio at real-time pace, never more than `lead` seconds ahead of
 when it plays: a barge-in then silences it within that lead, and the echo canceller's
-`tap` learns when each piece plays (its due time) within that margin.
+`tap` (the echo canceller) learns when each piece plays (its due time) within that margin,
+and when a stop cut off what was handed over but not yet played.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import shlex
 import termios
 import time
 import wave
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -40,8 +40,16 @@ Format = tuple[int, int, int]  # rate, width, channels
 # short enough that a barge-in is heard at once.
 SPEAKER_LEAD = 0.1
 PIECE_SECONDS = 0.02  # audio is handed over in pieces this long (so the lead holds)
-# A playback tap: (pcm, its format, the monotonic time it is due to start playing).
-Tap = Callable[[bytes, PcmFormat, float], None]
+
+
+class Tap(Protocol):
+    """Who hears of what a sink plays (the echo canceller's reference)."""
+
+    def reference(self, pcm: bytes, fmt: PcmFormat, due: float) -> None:
+        """`pcm` is due to start playing at monotonic time `due`."""
+
+    def cut(self, at: float) -> None:
+        """Nothing handed over plays after monotonic time `at` (a stop)."""
 
 
 class AudioSink(Protocol):
@@ -111,8 +119,9 @@ class QueuedSink:
                         due = clock.taken(due)
                     if self.first_sample_at is None:
                         self.first_sample_at = self._written_at
-                    if self.tap is not None:
-                        self.tap(piece, pcm_format, self._written_at if due is None else due)
+                    # Only what plays in real time can be heard: a file is no speaker.
+                    if self.tap is not None and due is not None:
+                        self.tap.reference(piece, pcm_format, due)
             if clock is not None:
                 await clock.finish()
             await self._finish()
@@ -143,6 +152,8 @@ class QueuedSink:
         task, self._task = self._task, None
         if task is None:
             return
+        if self.tap is not None:
+            self.tap.cut(time.monotonic())
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

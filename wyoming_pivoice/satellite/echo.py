@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..audio import PcmFormat, StreamingConverter
+from .endpoint import Hearing
 from .settings import EchoSettings
 
 _LOGGER = logging.getLogger(__name__)
@@ -36,11 +38,14 @@ JOIN_SECONDS = 0.05
 KEEP_SECONDS = 2.0  # reference history kept behind the capture position
 # Re-anchor the capture position on the clock when counting samples drifts this far
 # (a mic restart, dropped audio).
-DRIFT_SECONDS = 0.1
-AHEAD_SAMPLES = 32  # 2 ms
+CAPTURE_WINDOW_SECONDS = 5.0  # see CaptureClock
 # After the reference falls silent, its echo may still arrive for this long
 # (the device's buffer, the acoustic delay, the room's tail).
 ECHO_TAIL_SECONDS = 0.8
+# Each reply opens the speaker anew, so its echo's delay differs a little from the last
+# one's: AEC3 leaks for ~100 ms while it finds it (measured: −20 dBFS residual, Silero at
+# 0.94-0.99 for 250 ms). A reply's first half second starts no speech.
+SETTLING_SECONDS = 0.5
 SILENT_RMS = 1e-4  # a reference frame quieter than this (−80 dBFS) plays no echo
 
 
@@ -108,6 +113,33 @@ class _Reference:
         return self.start + len(self.samples)
 
 
+class CaptureClock:
+    """Where each microphone chunk lies on the timeline.
+
+    A chunk is read at or after its capture, later whenever the reader falls behind, so
+    its capture is placed at the sample count plus the smallest read-minus-count offset
+    seen over the last CAPTURE_WINDOW_SECONDS: a backlog never makes audio look later than
+    it was (the reference would then come after its echo), and after a gap (a mic that
+    restarted) the old offset is forgotten within the window.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._offsets: deque[tuple[int, int]] = deque()  # (count, offset), offsets rising
+
+    def first_sample(self, read_index: int, samples: int) -> int:
+        """The timeline index of the first sample of a chunk read at `read_index`."""
+        offset = read_index - samples - self.count
+        while self._offsets and self._offsets[-1][1] >= offset:
+            self._offsets.pop()
+        self._offsets.append((self.count, offset))
+        while self._offsets[0][0] < self.count - CAPTURE_WINDOW_SECONDS * RATE:
+            self._offsets.popleft()
+        first = self.count + self._offsets[0][1]
+        self.count += samples
+        return first
+
+
 class EchoCanceller:
     """AEC3 between what the satellite plays and what its microphone hears.
 
@@ -120,11 +152,13 @@ class EchoCanceller:
         self._apm = load_apm(settings)
         self._origin: float | None = None  # monotonic time of timeline index 0
         self._ref = _Reference()
-        self._capture_index: int | None = None  # timeline index of the next capture sample
+        self._capture = CaptureClock()
+        self._capture_index: int | None = None  # timeline index of the next capture frame
         self._pending = np.zeros(0, dtype=np.int16)  # capture samples short of a frame
         # Output lags input by one frame (10 ms) so every chunk comes back whole.
         self._out = np.zeros(FRAME, dtype=np.int16)
         self._last_echo_index = -(10**9)  # timeline index of the last audible reference frame
+        self._settled_index = 0  # the reply that started last has settled from here on
         self.stats = EchoStats()
 
     # ---- the timeline -----------------------------------------------------------------
@@ -141,6 +175,7 @@ class EchoCanceller:
         index = self._index(due)
         ref = self._ref
 
+
         if ref.fmt != fmt or index > ref.end + JOIN_SECONDS * RATE:
             ref.converter = StreamingConverter(fmt, RATE)  # a new reply: a new stream
             ref.fmt = fmt
@@ -153,8 +188,16 @@ class EchoCanceller:
         if index > ref.end + JOIN_SECONDS * RATE:
             gap = np.zeros(index - ref.end, dtype=np.float32)
             ref.samples = np.concatenate([ref.samples, gap, samples])
+            self._settled_index = index + round(SETTLING_SECONDS * RATE)
         else:
             ref.samples = np.concatenate([ref.samples, samples])
+
+    def cut(self, at: float) -> None:
+        """The reply stopped at monotonic `at`: what was handed over for later never plays
+        (left in, AEC3 would adapt to the user's voice against a silent reference)."""
+        ref, index = self._ref, self._index(at)
+        if index < ref.end:
+            ref.samples = ref.samples[: max(0, index - ref.start)]
 
     def _reference_frame(self, index: int) -> np.ndarray:
         ref = self._ref
@@ -178,12 +221,8 @@ class EchoCanceller:
         from livekit.rtc import AudioFrame
 
         samples = np.frombuffer(chunk, dtype="<i2")
-        start = self._index(captured) - len(samples)  # the chunk's first sample
-        # Count samples (reads jitter), but a chunk is never captured after it is read: a
-        # count ahead of the clock is re-anchored at once, one behind it past DRIFT_SECONDS.
-        index = self._capture_index
-        if index is None or index > start + AHEAD_SAMPLES or start - index > DRIFT_SECONDS * RATE:
-            self._capture_index = start
+        first = self._capture.first_sample(self._index(captured), len(samples))
+        self._capture_index = first - len(self._pending)  # the next frame starts there
         pending = np.concatenate([self._pending, samples])
         outputs = [self._out]
         used = 0
@@ -204,7 +243,7 @@ class EchoCanceller:
                 self._count(near, out)
             # AEC3 always sees the stream (its state stays continuous); outside echo its
             # output is not used, so speech outside replies reaches the VAD as captured.
-            echo = self._capture_index - self._last_echo_index <= ECHO_TAIL_SECONDS * RATE
+            echo = self.hearing is not Hearing.CLEAR
             outputs.append(out if echo or self.settings.always_process else near)
             used += FRAME
             self._capture_index += FRAME
@@ -224,11 +263,12 @@ class EchoCanceller:
         return stats
 
     @property
-    def echo_possible(self) -> bool:
-        """The microphone may still be hearing the speaker (a reply or its tail)."""
-        if self._capture_index is None:
-            return False
-        return self._capture_index - self._last_echo_index <= ECHO_TAIL_SECONDS * RATE
+    def hearing(self) -> Hearing:
+        """What the microphone may be hearing now besides the user."""
+        index = self._capture_index
+        if index is None or index - self._last_echo_index > ECHO_TAIL_SECONDS * RATE:
+            return Hearing.CLEAR
+        return Hearing.SETTLING if index < self._settled_index else Hearing.ECHO
 
 
 def _to_pcm16(samples: np.ndarray) -> bytes:
@@ -255,8 +295,8 @@ def cancel_echo(
     when echo may be heard; returns the source to read from."""
     if canceller is None:
         return source
-    sink.tap = canceller.reference  # type: ignore[attr-defined]
-    endpointer.echo_possible = lambda: canceller.echo_possible  # type: ignore[attr-defined]
+    sink.tap = canceller  # type: ignore[attr-defined]
+    endpointer.hearing = lambda: canceller.hearing  # type: ignore[attr-defined]
     return EchoCancelledSource(source, canceller)
 
 
@@ -278,7 +318,9 @@ class EchoCancelledSource:
         if chunk is None:
             return None
         self.chunk_time = getattr(self.source, "chunk_time", None) or time.monotonic()
-        return self.canceller.process(chunk, self.chunk_time)
+        out = self.canceller.process(chunk, self.chunk_time)
+
+        return out
 
     async def close(self) -> None:
         await self.source.close()  # type: ignore[attr-defined]

@@ -29,6 +29,14 @@ FRAME_MS = CHUNK_SECONDS * 1000  # 32 ms
 HYSTERESIS = 0.15  # speech continues until the probability drops this far below the threshold
 
 
+class Hearing(str, Enum):
+    """What else the microphone may hear besides the user (the echo canceller knows)."""
+
+    CLEAR = "clear"  # nothing plays: speech starts at the threshold
+    ECHO = "echo"  # a reply or its tail: what is left of its echo must not start speech
+    SETTLING = "settling"  # a reply just started: the canceller is finding its delay
+
+
 class EndpointKind(str, Enum):
     SPEECH_STARTED = "speech-started"  # audio: the pre-speech audio and the speech so far
     SPECULATE = "speculate"  # audio: what ENDPOINT will carry if no speech follows
@@ -60,9 +68,7 @@ class EndpointLogic:
     def __init__(self, settings: VadSettings) -> None:
         self.settings = settings
         self.threshold = settings.threshold
-        # While the speaker may be heard (a reply or its tail), what is left of its echo
-        # after cancelling must not start an utterance: a start then needs this probability.
-        self.guarded = False
+        self.hearing = Hearing.CLEAR
         self.neg_threshold = max(0.0, settings.threshold - HYSTERESIS)
         self.silence_frames = max(1, _frames(settings.silence_ms))
         self.min_speech_frames = max(1, _frames(settings.min_speech_ms))
@@ -93,7 +99,20 @@ class EndpointLogic:
         return self._state == "speech"
 
     def process(self, probability: float, frame: bytes, now: float) -> list[EndpointEvent]:
-        start = self.settings.echo_threshold if self.guarded else self.threshold
+        # While the speaker may be heard, what is left of its echo after cancelling must not
+        # start an utterance: a start then needs echo_threshold; and none starts while the
+        # canceller settles on a reply that just started (its first frames leak, and Silero
+        # stays high for a few frames after them). An utterance under way goes on.
+        start = (
+            self.settings.echo_threshold if self.hearing is not Hearing.CLEAR else self.threshold
+        )
+        if self.hearing is Hearing.SETTLING and self._state != "speech":
+            if self._state == "candidate":
+                self._frames.append(frame)
+                self._drop_candidate()
+            else:
+                self._prespeech.append(frame)
+            return []
         if self._state == "idle":
             if probability >= start:
                 self._begin_candidate(frame, now)
@@ -216,8 +235,8 @@ class Endpointer:
     def __init__(self, settings: VadSettings, vad: object | None = None) -> None:
         self.settings = settings
         self.logic = EndpointLogic(settings)
-        # Tells whether the microphone may be hearing the speaker (see echo.py).
-        self.echo_possible: Callable[[], bool] | None = None
+        # Tells what the microphone may be hearing besides the user (see echo.py).
+        self.hearing: Callable[[], Hearing] | None = None
         self._vad = vad
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="pivoice vad")
         self.last_probability = 0.0
@@ -251,7 +270,7 @@ class Endpointer:
         loop = asyncio.get_running_loop()
         prob = await loop.run_in_executor(self._executor, self.probability, chunk)
         self.last_probability = prob
-        self.logic.guarded = self.echo_possible is not None and self.echo_possible()
+        self.logic.hearing = self.hearing() if self.hearing is not None else Hearing.CLEAR
         return self.logic.process(prob, chunk, now)
 
     def feed_sync(self, chunk: bytes, now: float) -> list[EndpointEvent]:

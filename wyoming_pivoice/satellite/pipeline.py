@@ -321,6 +321,8 @@ class Player:
             while (piece := await run.audio.get()) is not None and not self._interrupted:
                 if not played:
                     played = self.playing = True
+                    if self.canceller is not None:
+                        self.canceller.take_stats()  # what was heard before this reply
                 await self.sink.play(piece.pcm, piece.rate, piece.width, piece.channels)
             if played and not self._interrupted:
                 await self.sink.drain()
