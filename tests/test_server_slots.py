@@ -93,7 +93,7 @@ async def test_pings_do_not_buy_a_slot(slots_port: int) -> None:
     """Connections that ping all the time are still idle: evicted for real clients, and
     closed at the idle timeout even though they never stop pinging."""
 
-    async def pinger(host: str) -> tuple[list[str], float]:
+    async def pinger(host: str, admitted: asyncio.Event) -> tuple[list[str], float]:
         reader, writer = await connect(slots_port, host)
         start = time.monotonic()
         codes: list[str] = []
@@ -106,14 +106,19 @@ async def test_pings_do_not_buy_a_slot(slots_port: int) -> None:
                         return codes, time.monotonic() - start
                     if event.type == "error":
                         codes.append(event.data["code"])
+                    admitted.set()
                     await asyncio.sleep(0.2)  # a client's pace, not synchronisation
         except ConnectionError:
             return codes, time.monotonic() - start
         finally:
             writer.close()
 
-    pingers = [asyncio.create_task(pinger(f"127.0.0.{2 + i % 2}")) for i in range(SLOTS)]
-    await asyncio.sleep(0.5)
+    admitted = [asyncio.Event() for _ in range(SLOTS)]
+    pingers = [
+        asyncio.create_task(pinger(f"127.0.0.{2 + i % 2}", admitted[i])) for i in range(SLOTS)
+    ]
+    for event in admitted:  # every slot taken by a pinger
+        await event.wait()
     replies = await real_request(slots_port, "127.0.0.4")
     assert served(replies)
     ended = await asyncio.gather(*pingers)
