@@ -602,8 +602,8 @@ class PivoiceEventHandler(AsyncEventHandler):
         text = _text_field(data, "text", self.limits.max_text_chars)
         sentences = self._synthesis.feed(text)
         if sentences:
-            speaker = self._synthesis.speaker
-            self._queue(SENTENCE, lambda: self._synthesize(sentences, speaker, None))
+            stream = self._synthesis
+            self._queue(SENTENCE, lambda: self._synthesize(sentences, stream.speaker, None, stream))
 
     def _synthesis_stop(self) -> None:
         stream = self._synthesis
@@ -620,14 +620,23 @@ class PivoiceEventHandler(AsyncEventHandler):
             force=True,  # the end a streaming client waits for is never refused
         )
 
-    async def _synthesize(self, texts: list[str], speaker: str | None, done: Event | None) -> None:
+    async def _synthesize(
+        self,
+        texts: list[str],
+        speaker: str | None,
+        done: Event | None,
+        stream: _SynthesisStream | None = None,
+    ) -> None:
         """Speak each text as one audio-start…audio-stop run, then send `done` if given.
 
         `done` (a stream's `synthesize-stopped`) goes out even after a failed sentence:
-        streaming clients read until it comes.
+        streaming clients read until it comes. A stream refused meanwhile (over its limit)
+        speaks no more: its client is waiting for the end.
         """
         try:
             for text in texts:
+                if stream is not None and stream.refused:
+                    break
                 if text.strip():
                     await self._speak(text, speaker)
         except (ConnectionError, asyncio.CancelledError):
