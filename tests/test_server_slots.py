@@ -83,7 +83,9 @@ async def test_idle_connections_are_evicted_for_a_real_client(slots_port: int) -
         results = [await real_request(slots_port) for _ in range(10)]
         assert all(served(r) for r in results)
         codes = [await read_until_closed(reader, 10) for reader, _w in idle]
-        assert all(c == ["evicted"] for c in codes), codes  # told why, then closed
+        # Told why, then closed: evicted for a newcomer, or at the idle timeout.
+        assert all(c in (["evicted"], ["idle"]) for c in codes), codes
+        assert codes.count(["evicted"]) >= SLOTS, codes
     finally:
         for _reader, writer in idle:
             writer.close()

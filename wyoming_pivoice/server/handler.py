@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from wyoming.asr import Transcribe, Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
@@ -55,6 +55,8 @@ SAMPLES_PER_CHUNK = 1024  # TTS audio-chunk size, as Home Assistant and piper us
 # Streaming synthesis also cuts at a clause once it is this long, so a long first sentence
 # starts speaking sooner (the satellite cuts its phrases by the same rule).
 STREAM_MIN_CLAUSE_CHARS = 24
+
+T = TypeVar("T")
 
 # What a refused or failed request's client waits for (Home Assistant ignores `error`).
 TRANSCRIBE, SYNTHESIZE, SENTENCE, STREAM_END, TURN, NOTHING = (
@@ -237,7 +239,7 @@ class PivoiceEventHandler(AsyncEventHandler):
         self._request_deadline: float | None = None  # a request being received must end by then
         self._open_runs: set[str] = set()  # audio/transcript/handled runs started, not stopped
         self._refused = False  # closing on a frame or client we refused
-        self._evicting: asyncio.Task[None] | None = None
+        self._evicted = asyncio.Event()
 
     # ---- connection lifecycle -------------------------------------------------------------
 
@@ -303,12 +305,26 @@ class PivoiceEventHandler(AsyncEventHandler):
 
     def _evict(self) -> None:
         """Close this idle connection to make room for another (connections.py)."""
+        self._evicted.set()
 
-        async def close() -> None:
-            await self._error("closed to make room for another client", "evicted")
-            self.writer.close()
-
-        self._evicting = asyncio.create_task(close())
+    async def _until_evicted(self, waiting: Awaitable[T], timeout: float) -> T:
+        """`waiting`, unless the connection is evicted first (_Closing) or `timeout` passes."""
+        task = asyncio.ensure_future(waiting)
+        evicted = asyncio.ensure_future(self._evicted.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {task, evicted}, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            evicted.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        if self._evicted.is_set():
+            raise _Closing("closed to make room for another client", "evicted")
+        raise asyncio.TimeoutError
 
     async def _wait_for_frame(self) -> bool:
         """Wait for the next frame to begin (False: the client has gone).
@@ -322,8 +338,8 @@ class PivoiceEventHandler(AsyncEventHandler):
             else:
                 deadline = self.slot.last_request + self.limits.idle_timeout
             try:
-                return await asyncio.wait_for(
-                    self.bounded.wait_for_frame(), max(0.0, deadline - time.monotonic())
+                return await self._until_evicted(
+                    self.bounded.wait_for_frame(), deadline - time.monotonic()
                 )
             except asyncio.TimeoutError:
                 if self._request_deadline is not None:
@@ -342,11 +358,12 @@ class PivoiceEventHandler(AsyncEventHandler):
         try:
             if not await self._wait_for_frame():
                 return False
-            event = await asyncio.wait_for(
+            event = await self._until_evicted(
                 async_read_event(self.bounded),  # type: ignore[arg-type]
-                timeout=self.limits.frame_timeout,
+                self.limits.frame_timeout,
             )
         except _Closing as err:
+            self._refused = True  # linger: a client still sending must get to read why
             await self._error(str(err), err.code)
             return False
         except asyncio.TimeoutError:
