@@ -180,6 +180,14 @@ async def test_a_refused_request_leaves_the_connection_serving(server_port: int)
 
 
 @pytest.fixture(scope="module")
+def short_text_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A server whose text limit is 200 characters."""
+    log: Path = tmp_path_factory.mktemp("short") / "server.log"
+    with server_process("--max-text-chars", "200", "--llm-lazy", log=log) as port:
+        yield port
+
+
+@pytest.fixture(scope="module")
 def tiny_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A server with two slots, for the connection-level refusals."""
     log: Path = tmp_path_factory.mktemp("tiny") / "server.log"
@@ -222,3 +230,53 @@ async def test_busy_releases_with_eof(tiny_port: int) -> None:
     finally:
         for writer in held:
             writer.close()
+
+
+async def read_to(reader: asyncio.StreamReader, until: str) -> list[Event]:
+    replies: list[Event] = []
+    async with asyncio.timeout(60):
+        while not replies or replies[-1].type != until:
+            event = await async_read_event(reader)
+            assert event is not None, [e.type for e in replies]
+            replies.append(event)
+    return replies
+
+
+async def test_a_stream_restart_does_not_reset_its_limit(short_text_port: int) -> None:
+    """570 characters under a 200 limit, sent as three chunks around a second start."""
+    sentence = "Sentence number nine. "  # 22 characters
+    chunk = sentence * 8  # 176: within the limit alone, not twice
+    frames = [encode("synthesize-start", {}, None)]
+    frames += [encode("synthesize-chunk", {"text": chunk}, None)]
+    frames += [encode("synthesize-start", {}, None)]  # refused: the same request goes on
+    frames += [encode("synthesize-chunk", {"text": chunk}, None)] * 2
+    frames += [encode("synthesize-stop", {}, None)]
+    reader, writer = await asyncio.open_connection("127.0.0.1", short_text_port)
+    try:
+        writer.write(b"".join(frames))
+        replies = await read_to(reader, "synthesize-stopped")
+    finally:
+        writer.close()
+    codes = [e.data["code"] for e in replies if e.type == "error"]
+    assert codes == ["bad-request", "text-too-long"], codes
+    assert [e.type for e in replies].count("audio-stop") <= 8  # the first chunk's sentences
+
+
+async def test_a_plain_synthesize_after_an_abandoned_stream_is_answered(
+    short_text_port: int,
+) -> None:
+    frames = [
+        encode("synthesize-start", {}, None),
+        encode("synthesize-chunk", {"text": "Hello there"}, None),
+        synthesize("Goodbye now."),  # not the stream's text: a request of its own
+    ]
+    reader, writer = await asyncio.open_connection("127.0.0.1", short_text_port)
+    try:
+        writer.write(b"".join(frames))
+        replies = await read_to(reader, "synthesize-stopped")  # the abandoned stream's end
+        replies += await read_to(reader, "audio-stop")  # then the plain request's audio
+    finally:
+        writer.close()
+    types = [e.type for e in replies if e.type != "audio-chunk"]
+    assert "error" not in types and types[-2:] == ["audio-start", "audio-stop"], types
+    assert sum(len(e.payload or b"") for e in replies) > 0.5 * 2 * 22050
