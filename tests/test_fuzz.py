@@ -532,23 +532,33 @@ def utf8_ok(data: dict[str, Any]) -> bool:
 
 
 def expected(units: list[Unit]) -> Counter[str]:
-    """Replies a correct server owes for well-formed input, whatever else it also says."""
+    """Replies a correct server owes for well-formed input, whatever else it also says.
+
+    Every turn gets `handled` or, refused or failed, `not-handled`: Home Assistant reads
+    until one of them and ignores `error`.
+    """
     owed: Counter[str] = Counter()
     for kind, data in (event for u in units for event in u.events):
-        if kind in KNOWN and not utf8_ok(data):
+        if kind == "transcript":
+            owed["handled" if acceptable_turn(data) else "not-handled"] += 1
+        elif kind in KNOWN and not utf8_ok(data):
             continue  # refused at the door
-        text = data.get("text")
-        if kind == "describe":
+        elif kind == "describe":
             owed["info"] += 1
         elif kind == "ping":
             owed["pong"] += 1
-        elif kind == "transcript" and isinstance(text, str) and 0 < len(text) <= MAX_TEXT:
-            context = data.get("context")
-            small = not isinstance(context, dict) or len(json.dumps(context)) <= MAX_TEXT
-            owed["handled"] += bool(text.strip()) and "\0" not in text and small
         elif kind == "synthesize-stop":
             owed["synthesize-stopped"] += 1  # with or without its start: it is answered
     return owed
+
+
+def acceptable_turn(data: dict[str, Any]) -> bool:
+    text = data.get("text")
+    if not utf8_ok(data) or not isinstance(text, str) or not 0 < len(text) <= MAX_TEXT:
+        return False
+    context = data.get("context")
+    small = not isinstance(context, dict) or len(json.dumps(context)) <= MAX_TEXT
+    return bool(text.strip()) and "\0" not in text and small
 
 
 def stream_ends_at_most(units: list[Unit]) -> int:

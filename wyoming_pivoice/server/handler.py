@@ -231,6 +231,7 @@ class PivoiceEventHandler(AsyncEventHandler):
         self.slot = Slot(self.host, busy=self._busy, evict=self._evict)
         self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
         self._pending = 0  # requests queued or running (refusal answers excluded)
+        self._running = False  # the worker is on a job
         self._worker: asyncio.Task[None] | None = None
         self._transcription: _Transcription | None = None
         self._dropping_audio = False  # the current audio stream's request was refused
@@ -408,6 +409,10 @@ class PivoiceEventHandler(AsyncEventHandler):
                 return False
             self._jobs.put_nowait(_Job(kind, partial(self._answer, err, kind), request=False))
             return True
+        except _Closing as err:
+            self._refused = True
+            await self._error(str(err), err.code)
+            return False
         except ConnectionError:
             return False  # gone while we answered it (or dropped for not reading)
 
@@ -419,9 +424,9 @@ class PivoiceEventHandler(AsyncEventHandler):
             _check_utf8(data)
 
         if Describe.is_type(event.type):
-            await self.write_event(self.services.description.info().event())
+            await self._reply(self.services.description.info().event())
         elif Ping.is_type(event.type):
-            await self.write_event(Pong(text=data.get("text")).event())
+            await self._reply(Pong(text=data.get("text")).event())
         elif Transcribe.is_type(event.type):
             language = data.get("language")
             self._transcription = _Transcription(
@@ -455,6 +460,15 @@ class PivoiceEventHandler(AsyncEventHandler):
         else:
             _LOGGER.debug("%s: ignoring event %s", self.peer, event.type)
         return True
+
+    async def _reply(self, event: Event) -> None:
+        """Answer at once if nothing is owed before it; else in its place after the rest."""
+        if self._jobs.empty() and not self._running:
+            await self.write_event(event)
+            return
+        if self._jobs.qsize() >= 2 * self.limits.max_pending:
+            raise _Closing("too many requests waiting to be answered", "overloaded")
+        self._jobs.put_nowait(_Job(NOTHING, partial(self.write_event, event), request=False))
 
     def _request_started(self) -> None:
         if self._request_deadline is None:
@@ -734,6 +748,7 @@ class PivoiceEventHandler(AsyncEventHandler):
             job = await self._jobs.get()
             if job is _STOP:
                 return
+            self._running = True
             try:
                 await job.run()
             except (ConnectionError, asyncio.CancelledError):
@@ -741,6 +756,7 @@ class PivoiceEventHandler(AsyncEventHandler):
             except Exception as err:
                 await self._report(err, job.kind)
             finally:
+                self._running = False
                 if job.request:
                     self._pending -= 1
                 self.slot.touch()  # the idle clock starts when the replies are out
