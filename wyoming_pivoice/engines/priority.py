@@ -76,6 +76,8 @@ class AudioFirst:
         """Called by the LLM between tokens: wait while a synthesis (without key) runs."""
         self.pause_for(None)()
 
-    def speaking_now(self, key: str | None = None) -> bool:
+    @property
+    def speaking_now(self) -> bool:
+        """Any synthesis running, whatever its key."""
         with self._lock:
-            return key in self._speaking
+            return bool(self._speaking)
