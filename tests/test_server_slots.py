@@ -8,6 +8,8 @@ addresses come from the loopback network (127.0.0.2, 127.0.0.3 …).
 from __future__ import annotations
 
 import asyncio
+import statistics
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,3 +197,68 @@ async def test_refused_newcomer_is_released_in_time(slots_port: int) -> None:
     finally:
         for writer in held:
             writer.close()
+
+
+async def _lockout_figures(port: int) -> None:
+    async def describe() -> tuple[str, float]:
+        start = time.monotonic()
+        reader, writer = await connect(port)
+        try:
+            await async_write_event(Describe().event(), writer)
+            event = await async_read_event(reader)
+            return (event.type if event else "eof"), time.monotonic() - start
+        finally:
+            writer.close()
+
+    def report(what: str, results: list[tuple[str, float]]) -> None:
+        answered = sum(kind == "info" for kind, _s in results)
+        median = statistics.median(s for _k, s in results) * 1000
+        print(f"{what}: {answered} of {len(results)} describes answered, median {median:.0f} ms")
+
+    held = [await connect(port) for _ in range(16)]
+    report("16 idle connections held", [await describe() for _ in range(10)])
+    served_tts = [served(await real_request(port)) for _ in range(10)]
+    print(f"  and {sum(served_tts)} of 10 describe + synthesize requests served")
+    for _reader, writer in held:
+        writer.close()
+
+    stop = asyncio.Event()
+    admitted = [asyncio.Event() for _ in range(16)]
+
+    async def pinger(admitted: asyncio.Event) -> None:
+        reader, writer = await connect(port)
+        try:
+            while not stop.is_set():
+                await async_write_event(Ping().event(), writer)
+                if await async_read_event(reader) is None:
+                    return
+                admitted.set()
+                await asyncio.sleep(0.5)  # a client's pace
+        except ConnectionError:
+            return
+        finally:
+            admitted.set()
+            writer.close()
+
+    pingers = [asyncio.create_task(pinger(event)) for event in admitted]
+    for event in admitted:
+        await event.wait()
+    report("16 connections pinging every 0.5 s", [await describe() for _ in range(10)])
+    stop.set()
+    await asyncio.gather(*pingers)
+
+    held = [await connect(port) for _ in range(200)]
+    report("200 connections opened and left idle", [await describe() for _ in range(10)])
+    for _reader, writer in held:
+        writer.close()
+
+
+def main() -> int:
+    """Issue #12's lockout scenarios against a server with the default limits."""
+    with server_process("--llm-lazy") as port:
+        asyncio.run(_lockout_figures(port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
