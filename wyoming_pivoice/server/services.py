@@ -54,11 +54,19 @@ class Services:
         )
 
     def start_loading(self) -> None:
-        """ASR and TTS always preload; the LLM too unless --llm-lazy (then on first turn)."""
-        self.asr.start_loading()
-        self.tts.start_loading()
-        if not self.settings.llm_lazy:
-            self.llm.start_loading()
+        """ASR and TTS always preload; the LLM too unless --llm-lazy (then on first turn).
+
+        The ASR loads first, alone: faster-whisper's tokenizer parse holds the GIL for
+        ~0.2 s (longer on a busy CPU), and with the other loaders beside it that stretched
+        past Home Assistant's one second for `describe`.
+        """
+
+        def then_the_rest(_done: object) -> None:
+            self.tts.start_loading()
+            if not self.settings.llm_lazy:
+                self.llm.start_loading()
+
+        self.asr.start_loading().add_done_callback(then_the_rest)
 
     def count(self, kind: str) -> None:
         self.served[kind] = self.served.get(kind, 0) + 1
