@@ -86,3 +86,12 @@ def test_a_turn_waits_only_for_its_own_clients_speech() -> None:
         assert not waited.wait(0.2)  # its own client's speech: it waits
     assert waited.wait(5)
     thread.join()
+
+
+def test_a_synthesis_under_way_before_the_turn_does_not_hold_it() -> None:
+    audio_first = AudioFirst(max_pause_s=5.0)
+    with audio_first.speaking("10.0.0.9", began=time.monotonic()):
+        turn_began = time.monotonic()
+        start = time.monotonic()
+        audio_first.pause_for("10.0.0.9", since=turn_began)()
+        assert time.monotonic() - start < 1.0

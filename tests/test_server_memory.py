@@ -23,7 +23,7 @@ from wyoming.event import Event, async_read_event, async_write_event
 
 from wyoming_pivoice.engines.tts import MAX_PIECE_PHONEMES, PiperTts, TtsSettings
 
-from .helpers import server_process
+from .helpers import exchange, server_process
 from .test_fuzz import server_process_of
 
 # Texts with no sentence end, each as long as `chars`: the shapes that blew up.
@@ -165,3 +165,20 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+async def test_another_clients_long_synthesis_does_not_slow_a_turn(server_port: int) -> None:
+    """ "Audio first" holds a turn back only for its own speech: beside a long synthesis that
+    began first, the turn runs at its own pace (it used to wait up to 2 s a token)."""
+    first_audio = asyncio.Event()
+    long = asyncio.create_task(speak(server_port, WORST["nines"](600), first_audio))
+    await first_audio.wait()
+    start = time.monotonic()
+    replies = await exchange(
+        server_port, [Event("transcript", {"text": "What is the capital of France?"})], "handled"
+    )
+    seconds = time.monotonic() - start
+    chunks = sum(e.type == "handled-chunk" for e in replies)
+    assert replies[-1].data["text"] and not long.done()  # done while the voice still speaks
+    await long
+    print(f"\nturn beside a long synthesis: {chunks} pieces in {seconds:.2f} s")

@@ -9,14 +9,17 @@ holds the LLM back at its next token boundary, for at most `max_pause_s` at a ti
 busy TTS can never starve a conversation.
 
 Only the turn's own speech counts: syntheses and turns carry a key (the server uses the
-client's address, which a satellite's turn and its speech share), and a turn pauses only
-for syntheses with its key. Another client's long synthesis does not slow every reply.
+client's address, which a satellite's turn and its speech share) and a start time, and a turn
+pauses only for syntheses with its key that began after it did (its own phrases come after
+its first tokens). Another client's long synthesis, or one already under way when the turn
+began, does not slow the reply.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -29,46 +32,39 @@ class AudioFirst:
     def __init__(self, enabled: bool = True, max_pause_s: float = 2.0) -> None:
         self.enabled = enabled
         self.max_pause_s = max_pause_s
-        self._lock = threading.Lock()
-        self._speaking: dict[str | None, int] = {}
-        self._quiet: dict[str | None, threading.Event] = {}
-
-    def _event(self, key: str | None) -> threading.Event:
-        event = self._quiet.get(key)
-        if event is None:
-            event = self._quiet[key] = threading.Event()
-            event.set()
-        return event
+        self._changed = threading.Condition()
+        self._active: list[tuple[str | None, float]] = []  # (key, began) per running synthesis
 
     @contextlib.contextmanager
-    def speaking(self, key: str | None = None) -> Iterator[None]:
-        """Mark a synthesis for `key` as running (any thread)."""
-        with self._lock:
-            self._speaking[key] = self._speaking.get(key, 0) + 1
-            self._event(key).clear()
+    def speaking(self, key: str | None = None, began: float | None = None) -> Iterator[None]:
+        """Mark a synthesis for `key` (of a request that began at `began`) as running."""
+        mark = (key, time.monotonic() if began is None else began)
+        with self._changed:
+            self._active.append(mark)
         try:
             yield
         finally:
-            with self._lock:
-                self._speaking[key] -= 1
-                if self._speaking[key] == 0:
-                    del self._speaking[key]
-                    self._quiet.pop(key).set()
+            with self._changed:
+                self._active.remove(mark)
+                self._changed.notify_all()
 
-    def while_speaking(self, items: Iterator[T], key: str | None = None) -> Iterator[T]:
+    def while_speaking(
+        self, items: Iterator[T], key: str | None = None, began: float | None = None
+    ) -> Iterator[T]:
         """`items`, produced with the synthesis mark held."""
-        with self.speaking(key):
+        with self.speaking(key, began):
             yield from items
 
-    def pause_for(self, key: str | None) -> Callable[[], None]:
-        """The `pause` of a turn with this key."""
+    def pause_for(self, key: str | None, since: float | None = None) -> Callable[[], None]:
+        """The `pause` of a turn with this key that began at `since` (None: any time)."""
+
+        def holding() -> bool:
+            return any(k == key and (since is None or b >= since) for k, b in self._active)
 
         def pause() -> None:
             if self.enabled:
-                with self._lock:
-                    event = self._quiet.get(key)
-                if event is not None:
-                    event.wait(self.max_pause_s)
+                with self._changed:
+                    self._changed.wait_for(lambda: not holding(), self.max_pause_s)
 
         return pause
 
@@ -79,5 +75,5 @@ class AudioFirst:
     @property
     def speaking_now(self) -> bool:
         """Any synthesis running, whatever its key."""
-        with self._lock:
-            return bool(self._speaking)
+        with self._changed:
+            return bool(self._active)

@@ -580,7 +580,7 @@ class PivoiceEventHandler(AsyncEventHandler):
         first: float | None = None
         await self.write_event(HandledStart(context=context).event())
         pieces: list[str] = []
-        pause = self.services.audio_first.pause_for(self.host)
+        pause = self.services.audio_first.pause_for(self.host, since=start)
         reply_tokens = self.services.settings.llm.max_tokens
 
         def turn(llm: Any, cancel: Any) -> Any:
@@ -702,7 +702,7 @@ class PivoiceEventHandler(AsyncEventHandler):
         for piece in pieces:
             stream = slot.stream(
                 lambda engine, cancel, piece=piece: audio_first.while_speaking(
-                    engine.speak(piece, speaker, cancel), self.host
+                    engine.speak(piece, speaker, cancel), self.host, start
                 )
             )
             async with contextlib.aclosing(stream):
