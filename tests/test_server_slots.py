@@ -27,6 +27,7 @@ SLOTS = 4
 PER_HOST = 3
 IDLE = 3.0
 REQUEST = 4.0
+FRAME = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +38,7 @@ def slots_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         "--max-clients-per-host", str(PER_HOST),
         "--idle-timeout", str(IDLE),
         "--request-timeout", str(REQUEST),
+        "--frame-timeout", str(FRAME),
         "--llm-lazy",
         log=log,
     ) as port:  # fmt: skip
@@ -144,6 +146,18 @@ async def test_half_sent_frames_hold_no_slot(slots_port: int) -> None:
     finally:
         for _r, writer in lorises:
             writer.close()
+
+
+async def test_a_frame_sent_too_slowly_is_closed(slots_port: int) -> None:
+    """Slow-loris below capacity: a frame not complete within the frame timeout."""
+    reader, writer = await connect(slots_port)
+    try:
+        start = time.monotonic()
+        writer.write(b'{"type": "synthesize", "data": {"text": "He')
+        codes = await read_until_closed(reader, FRAME + 20)
+        assert codes == ["timeout"] and time.monotonic() - start < FRAME + 5
+    finally:
+        writer.close()
 
 
 async def test_a_request_left_unfinished_is_closed(slots_port: int) -> None:

@@ -110,6 +110,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="close a connection this long after its last request (ping and describe do not count)",
     )
     limits.add_argument(
+        "--frame-timeout",
+        type=float,
+        default=Limits.frame_timeout,
+        help="a frame must be complete this long after its first byte",
+    )
+    limits.add_argument(
         "--request-timeout",
         type=float,
         default=Limits.request_timeout,
@@ -168,6 +174,7 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
             max_clients=args.max_clients,
             max_clients_per_host=args.max_clients_per_host,
             idle_timeout=args.idle_timeout,
+            frame_timeout=args.frame_timeout,
             request_timeout=args.request_timeout,
             write_timeout=args.write_timeout,
         ),
