@@ -23,7 +23,8 @@ QUESTION = "What is two plus two?"
 
 @pytest.fixture(scope="module")
 def llm() -> Iterator[LlamaChat]:
-    yield LlamaChat(LlmSettings(max_tokens=32))
+    """A small context: prompts that fill it cost seconds, not a minute, to evaluate."""
+    yield LlamaChat(LlmSettings(max_tokens=32, context=512))
 
 
 def single(llm: LlamaChat, text: str) -> int:
@@ -65,10 +66,11 @@ def test_a_history_of_long_hostile_turns_never_fails_a_turn(llm: LlamaChat) -> N
 def test_a_turn_too_long_alone_keeps_its_end(llm: LlamaChat) -> None:
     store = ConversationStore(SYSTEM)
     text = "😀" * 3970 + " " + QUESTION  # under the 4000-character limit, ~8000 tokens
-    messages = store.prompt(llm, [], text, reply_tokens=256)
+    messages = store.prompt(llm, [], text, reply_tokens=128)
     assert messages[-1]["content"].endswith(QUESTION)
-    assert llm.context_size - 256 - 64 < llm.count_tokens(messages)  # as much as fits
-    assert llm.count_tokens(messages) + 256 <= llm.context_size
+    assert llm.context_size - 128 - 64 < llm.count_tokens(messages)  # as much as fits
+    assert llm.count_tokens(messages) + 128 <= llm.context_size
+    assert llm.complete(messages, max_tokens=4)  # and llama.cpp takes it
 
 
 async def test_a_poisoning_turn_does_not_fail_later_turns(server_port: int) -> None:
