@@ -299,6 +299,7 @@ class PivoiceEventHandler(AsyncEventHandler):
         """A request in flight: being received, queued, running or its replies going out."""
         return (
             self._pending > 0
+            or self._running
             or self._transcription is not None
             or self._synthesis is not None
             or not self._jobs.empty()
@@ -405,6 +406,7 @@ class PivoiceEventHandler(AsyncEventHandler):
             _LOGGER.info("%s: refused %s: %s (%s)", self.peer, kind_of_event, err.code, err)
             if self._jobs.qsize() >= 2 * self.limits.max_pending:
                 # Refusals piling up faster than the client reads their answers.
+                self._refused = True
                 await self._error("too many refused requests waiting to be answered", "overloaded")
                 return False
             self._jobs.put_nowait(_Job(kind, partial(self._answer, err, kind), request=False))
