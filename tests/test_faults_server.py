@@ -3,8 +3,7 @@ the in-band end its client waits for (`not-handled`, `audio-stop`, `synthesize-s
 the next request, on the same connection and on a new one, works.
 
 The engines are the real ones; only the failing part is a stand-in (a wrapper that raises
-when the text asks it to), since a real model cannot be made to fail on cue. One former
-failure needs no stand-in: a turn too long for the LLM's context window is now trimmed.
+when the text asks it to), since a real model cannot be made to fail on cue.
 """
 
 from __future__ import annotations
@@ -243,15 +242,5 @@ async def test_model_that_fails_to_load_answers_errors_and_describe_still_works(
         await server.stop()
 
 
-async def test_turn_longer_than_the_llm_context_is_trimmed_then_next_turn_works(
-    server_port: int,
-) -> None:
-    """The real LLM: 4000 characters, 4000 tokens, would overflow its 2048-token window; the
-    turn is cut to its end instead, and the conversation goes on."""
-    long_turn = turn("1 " * 1999 + "1", "overflow-conversation")
-    async with AsyncTcpClient("127.0.0.1", server_port) as client:
-        await client.write_event(long_turn)
-        replies = await read_until(client, "error", "handled-stop")
-        assert replies[-1].type == "handled-stop", [e.type for e in replies]
-        await nothing_more(client)
-        await good_turn(client, "overflow-conversation")
+# A turn longer than the LLM's context is no longer a failure: it is trimmed
+# (tests/test_conversation_budget.py, on the real model and through the server).
