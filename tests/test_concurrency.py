@@ -24,6 +24,7 @@ from wyoming_pivoice.audio import resample_pcm16
 
 from .helpers import exchange, make_speech, read_wav
 from .test_fuzz import describe_works, encode, open_connections, server_process_of
+from .test_server_refusals import REFUSALS, RELEASE_S, ha_reads
 
 VOICE_RATE = 22050
 BOUND = 240.0  # seconds any one client may wait, queued behind all the others
@@ -206,13 +207,35 @@ async def test_eight_clients_at_once_while_others_stall_or_vanish(
     stalled = await stalled_request(server_port)
     blocked = await non_reader(server_port)
     await vanisher(server_port)
+    # Idle connections from a neighbour fill every slot the others leave: they are evicted
+    # as the real clients arrive.
+    idle = [
+        await asyncio.open_connection("127.0.0.1", server_port, local_addr=("127.0.0.5", 0))
+        for _ in range(12)
+    ]
     jobs = [transcribing_client(server_port, wav, expected) for wav, expected in spoken]
     jobs += [speaking_client(server_port, *speak) for speak in SPEAK]
     jobs += [conversing_client(server_port, q, f"concurrent-{i}") for i, q in enumerate(QUESTIONS)]
     assert len(jobs) == 8
+    # Refusals read as Home Assistant reads them, released at once beside all that work.
+    refusals = [
+        ha_reads(server_port, frames, until)
+        for frames, until, _code in (REFUSALS[n] for n in ("tts-blank", "turn-too-long"))
+    ]
     start = time.monotonic()
-    results = await asyncio.gather(*jobs)
+    results = await asyncio.gather(*jobs, *refusals)
     wall = time.monotonic() - start
+    results, released = results[:8], results[8:]
+    for seconds, _replies, how in released:
+        assert how != "eof" and seconds < RELEASE_S, (how, seconds)
+    evicted = 0
+    for reader, writer in idle:
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            async with asyncio.timeout(5):
+                event = await async_read_event(reader)
+                evicted += event is not None and event.data.get("code") == "evicted"
+        writer.close()
+    assert evicted >= 3  # the server made room: 8 + 3 clients beside 12 idle, 16 slots
 
     # Each synthesized reply, transcribed back, says that client's words.
     for (answer, pcm), (_, _, expected) in zip(results[3:7], SPEAK, strict=True):

@@ -1,4 +1,4 @@
-"""The connection limits, each enforced with a clear error: clients at once (`busy`),
+"""The connection limits, each enforced with a clear error (slots: test_server_slots.py):
 requests queued on one connection (`overloaded`), silence (`idle`) and a client that reads
 nothing (dropped after the write timeout, without the server buffering its replies)."""
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wyoming.event import Event, async_read_event, async_write_event
+from wyoming.event import Event, async_read_event
 from wyoming.info import Describe
 from wyoming.tts import Synthesize
 
@@ -49,31 +49,6 @@ async def read_all(reader: asyncio.StreamReader, timeout: float = 30.0) -> list[
             events.append(event)
             if event is None:
                 return events
-
-
-async def test_one_client_too_many_is_told_busy(limited_port: int) -> None:
-    held = []
-    for _ in range(MAX_CLIENTS):
-        reader, writer = await open_raw(limited_port)
-        await async_write_event(Describe().event(), writer)
-        assert (await async_read_event(reader)).type == "info"
-        held.append(writer)
-    try:
-        reader, writer = await open_raw(limited_port)
-        await async_write_event(Describe().event(), writer)  # sent before it knows it is refused
-        replies = await read_all(reader)
-        writer.close()
-        assert replies[0].type == "error" and replies[0].data["code"] == "busy"
-        assert str(MAX_CLIENTS) in replies[0].data["text"]
-        assert replies[1:] == [None]  # and closed
-        # A place frees up as soon as a client leaves.
-        held.pop().close()
-        await served(limited_port)
-    finally:
-        for writer in held:
-            writer.close()
-    # Every place free again for the tests that follow.
-    assert await asyncio.to_thread(open_connections, server_process_of(limited_port)) == []
 
 
 async def served(port: int, timeout: float = 10.0) -> None:

@@ -8,7 +8,7 @@ import threading
 from collections.abc import AsyncIterator
 from functools import partial
 
-from wyoming.event import Event
+from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.info import Describe
 from wyoming.server import AsyncTcpServer
 
@@ -36,12 +36,42 @@ def test_store_keeps_bounded_history_per_id() -> None:
     assert len(store) == 2 and len(store.messages("a", "z")) == 2
 
 
-def test_history_is_bounded_in_characters_newest_kept() -> None:
-    store = ConversationStore("sys", max_history_chars=25)
+class CharTokens:
+    """Control-flow stand-in for an engine's tokenizer: one token per character."""
+
+    context_size = 100
+
+    def count_tokens(self, messages: list[dict[str, str]]) -> int:
+        return sum(len(m["content"]) + 4 for m in messages)
+
+
+def test_prompt_is_fitted_oldest_history_first_then_the_user_text() -> None:
+    store = ConversationStore("sys")
     store.record("a", "x" * 20, "y" * 20)  # one long exchange
     store.record("a", "short q", "short r")
-    contents = [m["content"] for m in store.messages("a", "next")]
-    assert contents == ["sys", "short q", "short r", "next"]
+    engine = CharTokens()
+    budget = engine.context_size - 20 - 8  # a 20-token reply, and the margin
+    messages = store.prompt(engine, store.earlier("a"), "next", reply_tokens=20)
+    assert [m["content"] for m in messages] == ["sys", "short q", "short r", "next"]
+    # A turn too long even alone keeps its end, as much as fits.
+    messages = store.prompt(engine, store.earlier("a"), "0123456789" * 10, reply_tokens=20)
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert engine.count_tokens(messages) == budget
+    assert ("0123456789" * 10).endswith(messages[1]["content"])
+
+
+def test_conversations_are_scoped_by_address_and_need_a_long_id() -> None:
+    store = ConversationStore("sys", max_per_host=2)
+    ha = store.key("10.0.0.2", "01JABCDEFGHJKMNPQRSTVWXYZ")
+    assert store.key("10.0.0.2", "kitchen") is None  # guessable: no memory
+    store.record(ha, "my name is Ann", "hello Ann")
+    other = store.key("10.0.0.9", "01JABCDEFGHJKMNPQRSTVWXYZ")  # same id, another client
+    assert store.earlier(other) == [] and store.earlier(ha) == [("my name is Ann", "hello Ann")]
+    # one address filling its quota evicts only its own oldest conversations
+    for i in range(5):
+        store.record(store.key("10.0.0.9", f"hostile-conversation-{i}"), "q", "r")
+    assert store.earlier(ha) == [("my name is Ann", "hello Ann")]
+    assert len(store) == 3
 
 
 def test_a_repeated_turn_id_replaces_that_turn() -> None:
@@ -72,11 +102,19 @@ def test_a_repeated_turn_id_replaces_that_turn() -> None:
     assert len(store.messages("b", "next")) == 6
 
 
+KITCHEN = "kitchen-2f9c41d0b7e3"  # as unguessable as the satellite's own ids
+
+
 class RecordingLlm:
     """Control-flow stand-in for the LLM: records prompts, answers in two pieces."""
 
     def __init__(self) -> None:
         self.prompts: list[list[dict[str, str]]] = []
+
+    context_size = 2048
+
+    def count_tokens(self, messages) -> int:
+        return sum(len(m["content"]) for m in messages) // 4
 
     def stream(self, messages, max_tokens=None, cancel=None, pause=None):
         self.prompts.append([dict(m) for m in messages])
@@ -106,7 +144,7 @@ async def recording_server() -> AsyncIterator[tuple[RecordingLlm, int]]:
 
 async def test_second_turn_prompt_carries_the_first() -> None:
     async with recording_server() as (llm, port):
-        context = {"conversation_id": "kitchen"}
+        context = {"conversation_id": KITCHEN}
         for text in ("What is the capital of France?", "And of Spain?"):
             turn = Event("transcript", {"text": text, "context": context})
             replies = await exchange(port, [turn], until="handled-stop")
@@ -154,7 +192,7 @@ async def test_the_server_replaces_a_turn_sent_again_with_its_turn_id() -> None:
             ("Remind me to buy milk", "x-1"),
             ("Ok", "x-2"),
         ):
-            context = {"conversation_id": "kitchen", "turn_id": turn_id}
+            context = {"conversation_id": KITCHEN, "turn_id": turn_id}
             turn = Event("transcript", {"text": text, "context": context})
             replies = await exchange(port, [turn], until="handled-stop")
             assert replies[-2].data["context"] == context  # echoed back as given
@@ -164,3 +202,23 @@ async def test_the_server_replaces_a_turn_sent_again_with_its_turn_id() -> None:
         "Paris is the capital.",
         "Ok",
     ]
+
+
+async def test_another_address_cannot_continue_a_conversation() -> None:
+    """The same conversation_id from another client address starts afresh."""
+    async with recording_server() as (llm, port):
+        context = {"conversation_id": KITCHEN}
+        for source in ("127.0.0.1", "127.0.0.2"):
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, local_addr=(source, 0)
+            )
+            try:
+                text = f"My name is {source}."
+                await async_write_event(Event("transcript", {"text": text, "context": context}),
+                                        writer)  # fmt: skip
+                async with asyncio.timeout(30):
+                    while (await async_read_event(reader)).type != "handled-stop":
+                        pass
+            finally:
+                writer.close()
+    assert [m["content"] for m in llm.prompts[1]][1:] == ["My name is 127.0.0.2."]

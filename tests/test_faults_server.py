@@ -1,9 +1,9 @@
-"""Server-side faults: an LLM or a TTS that fails ends the request with an `error` event, and
+"""Server-side faults: an LLM or a TTS that fails ends the request with an `error` event and
+the in-band end its client waits for (`not-handled`, `audio-stop`, `synthesize-stopped`), and
 the next request, on the same connection and on a new one, works.
 
 The engines are the real ones; only the failing part is a stand-in (a wrapper that raises
-when the text asks it to), since a real model cannot be made to fail on cue. One failure
-needs no stand-in: a turn too long for the LLM's context window.
+when the text asks it to), since a real model cannot be made to fail on cue.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ class FailingLlm:
     def __init__(self, real: LlamaChat) -> None:
         self.real = real
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
     def stream(self, messages, max_tokens=None, cancel=None, pause=None) -> Iterator[str]:
         failing = FAIL in messages[-1]["content"]
         if failing and "at once" in messages[-1]["content"]:
@@ -56,21 +59,26 @@ class FailingLlm:
 
 
 class FailingTts:
-    """The real voice, except that a text asking to explode fails after its first sentence."""
+    """The real voice, except that a text asking to explode fails on its second piece (or
+    its only one)."""
 
     def __init__(self, real: PiperTts) -> None:
         self.real = real
+        self.failing: set[str] = set()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
 
-    def sentences(self, text: str, speaker=None, cancel=None) -> Iterator[bytes]:
-        for i, pcm in enumerate(self.real.sentences(text, speaker, cancel)):
-            if FAIL in text and i == 1:
-                raise EngineFailure("piper failed mid-reply")
-            yield pcm
+    def pieces(self, text: str) -> list[str]:
+        pieces = self.real.pieces(text)
         if FAIL in text:
+            self.failing.add(pieces[min(1, len(pieces) - 1)])
+        return pieces
+
+    def speak(self, piece: str, speaker=None, cancel=None) -> Iterator[bytes]:
+        if piece in self.failing:
             raise EngineFailure("piper failed")
+        yield from self.real.speak(piece, speaker, cancel)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -137,23 +145,26 @@ async def test_llm_failure_ends_the_turn_with_an_error(
     faulty: tuple[int, Services], when: str
 ) -> None:
     port, services = faulty
-    conversation = f"faulty-{when}"
+    conversation = f"faulty-conversation-{when}"
     async with AsyncTcpClient("127.0.0.1", port) as client:
         text = f"Please {FAIL} now." if when == "mid-reply" else f"Please {FAIL} at once."
         await client.write_event(turn(text, conversation))
-        replies = await read_until(client, "error", "handled-stop")
+        replies = await read_until(client, "handled-stop", "handled")
         types = [e.type for e in replies]
-        assert types[0] == "handled-start" and types[-1] == "error", types
-        assert "handled" not in types and "handled-stop" not in types
+        # `error`, then what Home Assistant waits for (it ignores `error`), then the run's end.
+        assert types[0] == "handled-start", types
+        assert types[-3:] == ["error", "not-handled", "handled-stop"], types
+        assert replies[-2].data["text"]  # a short text HA can say
         if when == "mid-reply":
             assert 1 <= types.count("handled-chunk") <= 3  # what was said before the failure
-        error = replies[-1].data
+        error = replies[-3].data
         assert error["code"] == "internal" and "llama.cpp failed" in error["text"]
         await nothing_more(client)
         # The same connection, the same conversation: the next turn is answered, and the
         # failed turn was not kept in the conversation's history.
         await good_turn(client, conversation)
-    history = services.conversations.messages(conversation, "next")
+    store = services.conversations
+    history = store.messages(store.key("127.0.0.1", conversation), "next")
     assert not any(FAIL in m["content"] for m in history)
     assert len(history) == 4  # system, the good turn and its answer, the next text
     async with AsyncTcpClient("127.0.0.1", port) as client:
@@ -166,13 +177,13 @@ async def test_tts_failure_ends_the_synthesis_with_an_error(faulty: tuple[int, S
         await client.write_event(
             Synthesize(text=f"The first sentence is fine. This one will {FAIL}.").event()
         )
-        replies = await read_until(client, "error")
+        replies = await read_until(client, "audio-stop")
         types = [e.type for e in replies]
-        # The audio run is closed before the error: HA's plain TTS waits for audio-stop.
-        assert types[0] == "audio-start" and types[-2:] == ["audio-stop", "error"], types
+        # The error, then the audio run's end: HA's plain TTS waits for audio-stop.
+        assert types[0] == "audio-start" and types[-2:] == ["error", "audio-stop"], types
         assert audio_seconds(replies) > 0.5  # the first sentence was spoken before the failure
-        assert replies[-1].data["code"] == "internal"
-        assert "piper failed" in replies[-1].data["text"]
+        assert replies[-2].data["code"] == "internal"
+        assert "piper failed" in replies[-2].data["text"]
         await nothing_more(client)
         await client.write_event(Synthesize(text="The kitchen lights are on.").event())
         replies = await read_until(client, "audio-stop", "error")
@@ -220,24 +231,16 @@ async def test_model_that_fails_to_load_answers_errors_and_describe_still_works(
             async with AsyncTcpClient("127.0.0.1", port) as client:
                 await client.write_event(request)
                 await client.write_event(Describe().event())
-                replies = await read_until(client, "error", timeout=30)
-                assert replies[-1].data["code"] == "internal"
-                assert "model file is corrupt" in replies[-1].data["text"]
-                if not any(e.type == "info" for e in replies):  # describe is answered at once
-                    assert (await client.read_event()).type == "info"
+                # The failed request's error and in-band end, then describe's info (replies
+                # keep the order of requests).
+                replies = await read_until(client, "info", timeout=30)
+                [error] = [e.data for e in replies if e.type == "error"]
+                assert error["code"] == "internal"
+                assert "model file is corrupt" in error["text"]
+                assert {"not-handled", "audio-stop"} & {e.type for e in replies}
     finally:
         await server.stop()
 
 
-async def test_turn_longer_than_the_llm_context_is_an_error_then_next_turn_works(
-    server_port: int,
-) -> None:
-    """The real LLM: 4000 characters, 4000 tokens, overflow its 2048-token window."""
-    long_turn = turn("1 " * 1999 + "1", "overflow")
-    async with AsyncTcpClient("127.0.0.1", server_port) as client:
-        await client.write_event(long_turn)
-        replies = await read_until(client, "error", "handled-stop")
-        assert replies[-1].type == "error", [e.type for e in replies]
-        assert "context" in replies[-1].data["text"]
-        await nothing_more(client)
-        await good_turn(client, "overflow")
+# A turn longer than the LLM's context is no longer a failure: it is trimmed
+# (tests/test_conversation_budget.py, on the real model and through the server).

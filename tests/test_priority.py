@@ -66,3 +66,32 @@ def test_while_speaking_marks_the_whole_iteration() -> None:
     audio_first = AudioFirst()
     seen = [audio_first.speaking_now for _ in audio_first.while_speaking(iter(range(3)))]
     assert seen == [True, True, True] and not audio_first.speaking_now
+
+
+def test_a_turn_waits_only_for_its_own_clients_speech() -> None:
+    """Another client's synthesis (another key) does not hold a turn back."""
+    audio_first = AudioFirst(max_pause_s=5.0)
+    with audio_first.speaking("10.0.0.9"):
+        start = time.monotonic()
+        audio_first.pause_for("10.0.0.2")()  # returns at once
+        assert time.monotonic() - start < 1.0
+        waited = threading.Event()
+
+        def turn() -> None:
+            audio_first.pause_for("10.0.0.9")()
+            waited.set()
+
+        thread = threading.Thread(target=turn)
+        thread.start()
+        assert not waited.wait(0.2)  # its own client's speech: it waits
+    assert waited.wait(5)
+    thread.join()
+
+
+def test_a_synthesis_under_way_before_the_turn_does_not_hold_it() -> None:
+    audio_first = AudioFirst(max_pause_s=5.0)
+    with audio_first.speaking("10.0.0.9", began=time.monotonic()):
+        turn_began = time.monotonic()
+        start = time.monotonic()
+        audio_first.pause_for("10.0.0.9", since=turn_began)()
+        assert time.monotonic() - start < 1.0

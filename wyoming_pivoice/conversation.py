@@ -1,23 +1,51 @@
-"""Chat history per conversation id, bounded in conversations and in turns."""
+"""Chat history per conversation, bounded in conversations and turns, and prompts that fit.
+
+A conversation is keyed by the client's address *and* its `conversation_id`: a client at
+another address cannot read or extend it, whatever id it sends. An id shorter than
+`MIN_ID_CHARS` is guessable (Home Assistant sends 26-character ULIDs, our satellite a
+random 30-character id) and gets no memory: each such turn stands alone. One address holds
+at most `max_per_host` conversations, so one client cannot push everyone else's out.
+
+The prompt of a turn is fitted to the model's context in the model's own tokens
+(`ChatEngine.count_tokens`, `context_size`), leaving room for the reply: the oldest history
+goes first, then the start of the user's text (the end, where a question usually is, is
+kept), with a note in the log. No input under the limits makes a later turn fail.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from .engines.llm import Message
+from .engines.llm import ChatEngine, Message
+
+_LOGGER = logging.getLogger(__name__)
+
+MIN_ID_CHARS = 16
+# Tokens kept free beyond the reply cap: llama.cpp's decode fails when the context is
+# filled to the last cell.
+CONTEXT_MARGIN = 8
+
+Exchange = tuple[str, str]  # (user, assistant)
 
 
 @dataclass
 class _History:
-    turns: list[tuple[str, str]] = field(default_factory=list)  # (user, assistant)
+    turns: list[Exchange] = field(default_factory=list)
     touched: float = field(default_factory=time.monotonic)
     last_turn_id: str | None = None  # the client's id for the newest exchange, if it gave one
 
 
+class PromptTooLong(ValueError):
+    """Even the system prompt and one word of the turn do not fit the context."""
+
+
 class ConversationStore:
-    """Keeps the last `max_turns` exchanges of the `max_conversations` most recent ids.
+    """Keeps the last `max_turns` exchanges of the `max_conversations` most recent
+    conversations, at most `max_per_host` of them per client address.
 
     Home Assistant keeps a satellite's conversation_id for five minutes; we
     forget a conversation after `ttl_seconds` idle so memory stays bounded.
@@ -29,72 +57,119 @@ class ConversationStore:
         max_turns: int = 6,
         max_conversations: int = 64,
         ttl_seconds: float = 300.0,
-        max_history_chars: int = 3000,
+        max_per_host: int = 16,
     ) -> None:
         self.system_prompt = system_prompt
         self.max_turns = max_turns
         self.max_conversations = max_conversations
+        self.max_per_host = max_per_host
         self.ttl_seconds = ttl_seconds
-        # ~750 tokens: with a 4000-character turn and the reply cap it still fits a 2048 context,
-        # so one long exchange cannot make every later turn of its conversation overflow.
-        self.max_history_chars = max_history_chars
-        self._histories: OrderedDict[str, _History] = OrderedDict()
+        self._histories: OrderedDict[Hashable, _History] = OrderedDict()
+
+    @staticmethod
+    def key(host: str, conversation_id: str | None) -> Hashable | None:
+        """Where a client's conversation lives; None: no memory for this turn."""
+        if not conversation_id or len(conversation_id) < MIN_ID_CHARS:
+            return None
+        return (host, conversation_id)
+
+    def earlier(self, key: Hashable | None, turn_id: str | None = None) -> list[Exchange]:
+        """The exchanges before a new turn: all kept ones, except a newest one that this
+        turn replaces (same `turn_id`: a satellite's speculative run that speech made void)."""
+        history = self._get(key)
+        if history is None:
+            return []
+        if turn_id is not None and turn_id == history.last_turn_id:
+            return history.turns[:-1]
+        return list(history.turns)
 
     def messages(
-        self, conversation_id: str | None, user_text: str, turn_id: str | None = None
+        self, key: Hashable | None, user_text: str, turn_id: str | None = None
     ) -> list[Message]:
-        """The prompt for a new user turn: system prompt, kept history, the new text.
+        """The whole prompt for a new user turn, not fitted to any context."""
+        return build(self.system_prompt, self.earlier(key, turn_id), user_text)
 
-        A request with the `turn_id` of the newest exchange asks that exchange again (a
-        satellite's speculative run was void and the whole utterance follows): the old
-        exchange is left out here and replaced by `record`.
+    def prompt(
+        self, engine: ChatEngine, earlier: list[Exchange], user_text: str, reply_tokens: int
+    ) -> list[Message]:
+        """The prompt for a turn, fitted so it and a `reply_tokens` reply fit the context.
+
+        Runs where the engine is loaded (its worker thread): counting uses its tokenizer.
         """
-        messages: list[Message] = [{"role": "system", "content": self.system_prompt}]
-        history = self._get(conversation_id)
-        if history is not None:
-            kept: list[tuple[str, str]] = []
-            budget = self.max_history_chars
-            for user, assistant in reversed(self._earlier(history, turn_id)):  # newest first
-                budget -= len(user) + len(assistant)
-                if budget < 0:
-                    break
-                kept.append((user, assistant))
-            for user, assistant in reversed(kept):
-                messages.append({"role": "user", "content": user})
-                messages.append({"role": "assistant", "content": assistant})
-        messages.append({"role": "user", "content": user_text})
-        return messages
+        budget = engine.context_size - reply_tokens - CONTEXT_MARGIN
+        history = list(earlier)
+        while True:
+            messages = build(self.system_prompt, history, user_text)
+            if engine.count_tokens(messages) <= budget:
+                return messages
+            if not history:
+                break
+            history.pop(0)
+            _LOGGER.info("Prompt over %d tokens: left out the oldest exchange", budget)
+
+        # The turn alone is too long: keep the longest end of it that fits.
+        def fits(start: int) -> bool:
+            return engine.count_tokens(build(self.system_prompt, [], user_text[start:])) <= budget
+
+        if not fits(len(user_text) - 1):
+            raise PromptTooLong(
+                f"the system prompt leaves no room in a {engine.context_size}-token context"
+            )
+        low, high = 0, len(user_text) - 1  # fits(high) holds, fits(low) does not
+        while high - low > 1:
+            middle = (low + high) // 2
+            if fits(middle):
+                high = middle
+            else:
+                low = middle
+        _LOGGER.info(
+            "Turn over %d tokens: kept its last %d of %d characters",
+            budget,
+            len(user_text) - high,
+            len(user_text),
+        )
+        return build(self.system_prompt, [], user_text[high:])
 
     def record(
-        self, conversation_id: str | None, user_text: str, reply: str, turn_id: str | None = None
+        self, key: Hashable | None, user_text: str, reply: str, turn_id: str | None = None
     ) -> None:
-        if not conversation_id:
-            return  # no id, no memory: each turn stands alone
-        history = self._get(conversation_id) or _History()
-        history.turns = [*self._earlier(history, turn_id), (user_text, reply)]
+        if key is None:
+            return  # no memory: each turn stands alone
+        history = self._get(key) or _History()
+        earlier = self.earlier(key, turn_id)
+        history.turns = [*earlier, (user_text, reply)][-self.max_turns :]
         history.last_turn_id = turn_id
-        del history.turns[: -self.max_turns]
         history.touched = time.monotonic()
-        self._histories[conversation_id] = history
-        self._histories.move_to_end(conversation_id)
+        self._histories[key] = history
+        self._histories.move_to_end(key)
+        host = _host(key)
+        mine = [k for k in self._histories if _host(k) == host]
+        for old in mine[: max(0, len(mine) - self.max_per_host)]:
+            del self._histories[old]  # this client's own oldest, never anyone else's
         while len(self._histories) > self.max_conversations:
             self._histories.popitem(last=False)
 
-    @staticmethod
-    def _earlier(history: _History, turn_id: str | None) -> list[tuple[str, str]]:
-        """The exchanges before this turn: all of them, or all but a superseded newest one."""
-        if turn_id is not None and turn_id == history.last_turn_id:
-            return history.turns[:-1]
-        return history.turns
-
-    def _get(self, conversation_id: str | None) -> _History | None:
-        if not conversation_id:
+    def _get(self, key: Hashable | None) -> _History | None:
+        if key is None:
             return None
-        history = self._histories.get(conversation_id)
+        history = self._histories.get(key)
         if history is not None and time.monotonic() - history.touched > self.ttl_seconds:
-            del self._histories[conversation_id]
+            del self._histories[key]
             return None
         return history
 
     def __len__(self) -> int:
         return len(self._histories)
+
+
+def build(system_prompt: str, history: list[Exchange], user_text: str) -> list[Message]:
+    messages: list[Message] = [{"role": "system", "content": system_prompt}]
+    for user, assistant in history:
+        messages.append({"role": "user", "content": user})
+        messages.append({"role": "assistant", "content": assistant})
+    messages.append({"role": "user", "content": user_text})
+    return messages
+
+
+def _host(key: Hashable) -> object:
+    return key[0] if isinstance(key, tuple) else None

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ..models import resolve_llm
 
@@ -25,16 +27,59 @@ class LlmSettings:
     )
 
 
+class ChatEngine(Protocol):
+    """What the server needs from a conversation engine (llama.cpp here, or a remote one).
+
+    `count_tokens` and `context_size` let the conversation fit its prompt and the reply into
+    the model's context in the model's own tokens (conversation.py). Engines template the
+    messages themselves and must keep user text from becoming control tokens.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def context_size(self) -> int:
+        """The model's context window, in tokens: prompt and reply together."""
+        ...
+
+    def count_tokens(self, messages: list[Message]) -> int:
+        """The prompt tokens these messages take, chat template included."""
+        ...
+
+    def stream(
+        self,
+        messages: list[Message],
+        max_tokens: int | None = None,
+        cancel: threading.Event | None = None,
+        pause: Callable[[], None] | None = None,
+    ) -> Iterator[str]: ...
+
+    def warm_up(self) -> None: ...
+
+
+# ChatML, for a GGUF without a chat template of its own.
+_CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# Inserted after the first character of a control token's text found in user text, so the
+# tokenizer reads it as plain text (it matches control tokens only as exact strings).
+_BREAK = "\u2060"  # WORD JOINER: invisible, and no model reads meaning into it
+
+
 class LlamaChat:
     """Loads one GGUF model; `stream` is blocking and must run in a worker thread.
 
-    The chat template comes from the GGUF metadata (llama-cpp-python's default).
-    llama.cpp keeps the KV cache of the previous prompt and re-evaluates only
-    what differs, so a fixed system prompt is not recomputed every turn.
+    The prompt is built here with the GGUF's own chat template (as llama-cpp-python's chat
+    completion does), after escaping every control token's text in the messages: typed
+    `<|im_start|>` must stay text, not become a turn boundary. llama.cpp keeps the KV cache
+    of the previous prompt and re-evaluates only what differs, so a fixed system prompt is
+    not recomputed every turn.
     """
 
     def __init__(self, settings: LlmSettings) -> None:
-        from llama_cpp import Llama
+        from llama_cpp import Llama, llama_chat_format
 
         self.settings = settings
         self.model_path = resolve_llm(settings.model)
@@ -44,10 +89,44 @@ class LlamaChat:
             n_threads=settings.threads or os.cpu_count() or 1,
             verbose=False,
         )
+        model = self.llama._model
+        eos, bos = self.llama.token_eos(), self.llama.token_bos()
+        self._formatter = llama_chat_format.Jinja2ChatFormatter(
+            template=self.llama.metadata.get("tokenizer.chat_template") or _CHATML,
+            eos_token=model.token_get_text(eos) if eos != -1 else "",
+            bos_token=model.token_get_text(bos) if bos != -1 else "",
+        )
+        self.control_tokens = _control_tokens(self.llama)
+        self._control = (
+            re.compile("|".join(re.escape(t) for t in sorted(self.control_tokens, key=len)[::-1]))
+            if self.control_tokens
+            else None
+        )
 
     @property
     def name(self) -> str:
         return self.model_path.stem
+
+    @property
+    def context_size(self) -> int:
+        return int(self.llama.n_ctx())
+
+    def escape(self, text: str) -> str:
+        """`text` with every control token's text broken so it tokenizes as plain text."""
+        if self._control is None:
+            return text
+        return self._control.sub(lambda m: m.group(0)[0] + _BREAK + m.group(0)[1:], text)
+
+    def prompt_tokens(self, messages: list[Message]) -> list[int]:
+        """The token ids of the prompt for `messages` (contents escaped, template applied)."""
+        safe = [{**m, "content": self.escape(m["content"])} for m in messages]
+        result = self._formatter(messages=safe)  # type: ignore[arg-type]
+        return self.llama.tokenize(
+            result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True
+        )
+
+    def count_tokens(self, messages: list[Message]) -> int:
+        return len(self.prompt_tokens(messages))
 
     def stream(
         self,
@@ -58,19 +137,26 @@ class LlamaChat:
     ) -> Iterator[str]:
         """Yield the reply's text pieces as llama.cpp produces them.
 
-        `pause` runs before each next token (audio first: see engines/priority.py).
+        `pause` runs before each next token (audio first: see engines/priority.py). The reply
+        is cut to what the context has room for after the prompt.
         """
-        chunks = self.llama.create_chat_completion(
-            messages=messages,  # type: ignore[arg-type]
-            max_tokens=max_tokens or self.settings.max_tokens,
+        tokens = self.prompt_tokens(messages)
+        room = self.context_size - len(tokens)
+        if room < 1:
+            raise ValueError(f"prompt of {len(tokens)} tokens leaves no room in the context")
+        chunks = self.llama.create_completion(
+            prompt=tokens,
+            max_tokens=min(max_tokens or self.settings.max_tokens, room),
             temperature=self.settings.temperature,
+            repeat_penalty=1.1,  # what llama-cpp-python's chat completion uses
+            stop=[self._formatter.eos_token] if self._formatter.eos_token else [],
             stream=True,
         )
         try:
             for chunk in chunks:
                 if cancel is not None and cancel.is_set():
                     return
-                piece = chunk["choices"][0]["delta"].get("content")  # type: ignore[index]
+                piece = chunk["choices"][0]["text"]  # type: ignore[index]
                 if piece:
                     yield piece
                 if pause is not None:
@@ -88,3 +174,17 @@ class LlamaChat:
 
     def complete(self, messages: list[Message], max_tokens: int | None = None) -> str:
         return "".join(self.stream(messages, max_tokens))
+
+
+def _control_tokens(llama: Any) -> set[str]:
+    """The text of every control token in the model's vocabulary (`<|im_start|>` …)."""
+    import llama_cpp
+
+    model = llama._model
+    texts = set()
+    for token in range(llama.n_vocab()):
+        if model.token_get_attr(token) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL:
+            text = model.token_get_text(token)
+            if len(text) > 1:
+                texts.add(text)
+    return texts

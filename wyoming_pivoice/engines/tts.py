@@ -1,4 +1,12 @@
-"""Text to speech with Piper, one audio buffer per sentence."""
+"""Text to speech with Piper, in bounded pieces.
+
+Piper's memory grows with the length of one inference (about 22 MiB of RSS per second of
+speech here), and text without sentence ends is one inference: 4000 characters of "9 9 9 …"
+passed 8 GB. So text is cut into pieces of at most `MAX_PIECE_PHONEMES` phonemes — at
+sentence ends, else after a clause's punctuation, else at a word gap, else anywhere — and
+each piece is one inference. Piper speaks a piece from its phonemes (its `[[ … ]]` raw
+phoneme blocks), so the phonemes are computed once.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,11 @@ from pathlib import Path
 
 from ..memory import ShrinkingSession, trim
 from ..models import resolve_voice
+
+# One inference speaks at most this many phonemes: about 12 s of speech at the embedded
+# voice's pace. A normal sentence is one piece; only a run-on text is cut inside a sentence.
+MAX_PIECE_PHONEMES = 160
+_CLAUSE_PHONEMES = set(",;:")
 
 
 @dataclass(frozen=True)
@@ -60,15 +73,22 @@ class PiperTts:
             return int(speaker)
         raise ValueError(f"voice {self.name} has no speaker {speaker!r}")
 
-    def sentences(
-        self, text: str, speaker: str | None = None, cancel: threading.Event | None = None
+    def pieces(self, text: str) -> list[str]:
+        """`text` as phoneme strings of at most MAX_PIECE_PHONEMES each, in order."""
+        pieces: list[str] = []
+        for sentence in self.voice.phonemize(text):
+            pieces.extend("".join(p).strip() for p in cut_phonemes(sentence, MAX_PIECE_PHONEMES))
+        return [p for p in pieces if p]
+
+    def speak(
+        self, piece: str, speaker: str | None = None, cancel: threading.Event | None = None
     ) -> Iterator[bytes]:
-        """Yield 16-bit mono PCM at `sample_rate`, one buffer per sentence."""
+        """16-bit mono PCM at `sample_rate` for one piece from `pieces` (one inference)."""
         config = self._config_cls(
             speaker_id=self.speaker_id(speaker), length_scale=self.settings.length_scale
         )
         try:
-            for chunk in self.voice.synthesize(text, syn_config=config):
+            for chunk in self.voice.synthesize(f"[[{piece}]]", syn_config=config):
                 if cancel is not None and cancel.is_set():
                     return
                 yield chunk.audio_int16_bytes
@@ -76,9 +96,37 @@ class PiperTts:
             if not self.settings.keep_arena:
                 trim()
 
+    def sentences(
+        self, text: str, speaker: str | None = None, cancel: threading.Event | None = None
+    ) -> Iterator[bytes]:
+        """Yield 16-bit mono PCM at `sample_rate`, one buffer per piece."""
+        for piece in self.pieces(text):
+            if cancel is not None and cancel.is_set():
+                return
+            yield from self.speak(piece, speaker, cancel)
+
     def warm_up(self) -> None:
         """One short sentence, so onnxruntime's first-run cost is paid at start."""
         self.synthesize("Ready.")
 
     def synthesize(self, text: str, speaker: str | None = None) -> bytes:
         return b"".join(self.sentences(text, speaker))
+
+
+def cut_phonemes(phonemes: list[str], limit: int) -> list[list[str]]:
+    """Cut one sentence's phonemes into runs of at most `limit`: after the last clause
+    punctuation in the window if there is one, else at its last word gap, else at `limit`."""
+    runs: list[list[str]] = []
+    rest = phonemes
+    while len(rest) > limit:
+        window = rest[:limit]
+        cut = next(
+            (i + 1 for i in range(limit - 1, limit // 3, -1) if window[i] in _CLAUSE_PHONEMES),
+            None,
+        )
+        if cut is None:
+            cut = next((i for i in range(limit - 1, 0, -1) if window[i] == " "), limit)
+        runs.append(rest[:cut])
+        rest = rest[cut:]
+    runs.append(rest)
+    return runs

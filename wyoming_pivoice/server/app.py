@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from functools import partial
 from urllib.parse import urlparse
 
@@ -19,6 +20,7 @@ _LOGGER = logging.getLogger(__name__)
 
 
 async def serve(settings: ServerSettings, ready: asyncio.Event | None = None) -> None:
+    sys.setswitchinterval(0.0005)  # the loop gets the GIL back soon from loader threads
     services = Services.from_settings(settings)
     server = AsyncServer.from_uri(settings.uri)
     factory = partial(PivoiceEventHandler, services)

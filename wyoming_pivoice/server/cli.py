@@ -96,8 +96,31 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     limits.add_argument("--max-audio-seconds", type=float, default=Limits.max_audio_seconds)
     limits.add_argument("--max-text-chars", type=int, default=Limits.max_text_chars)
     limits.add_argument("--max-frame-bytes", type=int, default=Limits.max_frame_bytes)
-    limits.add_argument("--max-clients", type=int, default=Limits.max_clients)
-    limits.add_argument("--idle-timeout", type=float, default=Limits.idle_timeout)
+    limits.add_argument(
+        "--max-clients",
+        type=int,
+        default=Limits.max_clients,
+        help="connections at once; when full, the longest-idle one without a request goes",
+    )
+    limits.add_argument("--max-clients-per-host", type=int, default=Limits.max_clients_per_host)
+    limits.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=Limits.idle_timeout,
+        help="close a connection this long after its last request (ping and describe do not count)",
+    )
+    limits.add_argument(
+        "--frame-timeout",
+        type=float,
+        default=Limits.frame_timeout,
+        help="a frame must be complete this long after its first byte",
+    )
+    limits.add_argument(
+        "--request-timeout",
+        type=float,
+        default=Limits.request_timeout,
+        help="a transcription's audio or a stream's text must be in within this time",
+    )
     limits.add_argument(
         "--write-timeout",
         type=float,
@@ -149,7 +172,10 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
             max_text_chars=args.max_text_chars,
             max_frame_bytes=args.max_frame_bytes,
             max_clients=args.max_clients,
+            max_clients_per_host=args.max_clients_per_host,
             idle_timeout=args.idle_timeout,
+            frame_timeout=args.frame_timeout,
+            request_timeout=args.request_timeout,
             write_timeout=args.write_timeout,
         ),
         zeroconf=ZeroconfSettings(

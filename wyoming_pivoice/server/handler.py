@@ -7,9 +7,11 @@ work at once and frees the model for everybody else. A client that stops reading
 holds only its own connection, never a model, and is dropped after
 `limits.write_timeout`.
 
-A request that fails ends with an `error` event (nothing else follows for it); a
-streaming synthesis still ends with `synthesize-stopped`, which is what its clients
-wait for. The limits are listed in limits.py.
+Every request gets the answer its client waits for, whatever happens: a refused or
+failed one gets `error` and then the in-band end Home Assistant reads (it ignores
+`error`): an empty `transcript`, an empty audio run, `synthesize-stopped` or
+`not-handled`. Refusals are queued like requests, so they keep the order of replies.
+The limits are listed in limits.py; connection slots in connections.py.
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 from wyoming.asr import Transcribe, Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event, async_read_event, async_write_event
-from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop
+from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop, NotHandled
 from wyoming.info import Describe
 from wyoming.ping import Ping, Pong
 from wyoming.server import AsyncEventHandler
@@ -41,6 +45,7 @@ from wyoming.tts import (
 
 from ..audio import AudioFormatError, StreamingConverter, check_format
 from ..text import PhraseSplitter
+from .connections import Slot
 from .limits import BoundedReader
 from .services import Services
 
@@ -51,15 +56,58 @@ SAMPLES_PER_CHUNK = 1024  # TTS audio-chunk size, as Home Assistant and piper us
 # starts speaking sooner (the satellite cuts its phrases by the same rule).
 STREAM_MIN_CLAUSE_CHARS = 24
 
-Job = Callable[[], Awaitable[None]]
+T = TypeVar("T")
+
+# What a refused or failed request's client waits for (Home Assistant ignores `error`).
+TRANSCRIBE, SYNTHESIZE, SENTENCE, STREAM_END, TURN, NOTHING = (
+    "transcribe",  # an empty `transcript`
+    "synthesize",  # an (empty) audio run closed with `audio-stop`
+    "sentence",  # one sentence of a stream: its audio run closed; the stream goes on
+    "stream-end",  # `synthesize-stopped`
+    "turn",  # `not-handled` with a short text
+    "nothing",  # an event that owes no answer of its own (its stream's end comes later)
+)
+_KIND_OF_EVENT = {
+    "transcribe": TRANSCRIBE,
+    "audio-start": TRANSCRIBE,
+    "audio-chunk": TRANSCRIBE,
+    "audio-stop": TRANSCRIBE,
+    "transcript": TURN,
+    "synthesize": SYNTHESIZE,
+    "synthesize-stop": STREAM_END,
+}
+# The `not-handled` text, which Home Assistant may speak: short, and free of the request's text.
+_SORRY = {
+    "text-too-long": "Sorry, that was too long for me.",
+    "empty-text": "Sorry, I did not catch that.",
+}
+_SORRY_DEFAULT = "Sorry, I could not answer that."
+# Events that are not requests: answered, but they keep no connection alive (connections.py).
+_NOT_REQUESTS = {"ping", "describe"}
 
 
 class RequestError(Exception):
-    """A request we refuse; `code` goes into the error event."""
+    """A request we refuse; `code` goes into the error event, `kind` says what ends it."""
 
-    def __init__(self, text: str, code: str = "bad-request") -> None:
+    def __init__(self, text: str, code: str = "bad-request", kind: str | None = None) -> None:
         super().__init__(text)
         self.code = code
+        self.kind = kind
+
+
+class _Closing(Exception):
+    """The connection ends: `error` with this text and code, then close."""
+
+    def __init__(self, text: str, code: str) -> None:
+        super().__init__(text)
+        self.code = code
+
+
+@dataclass
+class _Job:
+    kind: str  # what its client waits for if it fails (see TRANSCRIBE …)
+    run: Callable[[], Awaitable[None]]
+    request: bool = True  # counts against `max_pending` (refusal answers do not)
 
 
 def _text_field(data: dict[str, Any], key: str, max_chars: int, required: bool = True) -> str:
@@ -104,6 +152,10 @@ def _optional_dict(data: dict[str, Any], key: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def _squash(text: str) -> str:
+    return "".join(text.split())
+
+
 class _Transcription:
     """Audio collected for one transcribe request, already at 16 kHz mono."""
 
@@ -129,25 +181,36 @@ class _Transcription:
 
 
 class _SynthesisStream:
-    """A streaming synthesis in progress: text arrives in chunks, sentences leave as audio."""
+    """A streaming synthesis in progress: text arrives in chunks, sentences leave as audio.
+
+    Its character limit holds for the whole request: a second `synthesize-start` inside it
+    is refused, not a fresh budget.
+    """
 
     def __init__(self, speaker: str | None, max_chars: int) -> None:
         self.speaker = speaker
         self.splitter = PhraseSplitter(STREAM_MIN_CLAUSE_CHARS)
-        self.chars = 0
+        self.text = ""  # what it accepted so far (to recognise the compatibility `synthesize`)
         self.max_chars = max_chars
         self.refused = False  # over the limit: the rest of the text is dropped
 
     def feed(self, text: str) -> list[str]:
         if self.refused:
             return []
-        self.chars += len(text)
-        if self.chars > self.max_chars:
+        if len(self.text) + len(text) > self.max_chars:
             self.refused = True
             raise RequestError(
-                f"streamed text is over the {self.max_chars} character limit", "text-too-long"
+                f"streamed text is over the {self.max_chars} character limit",
+                "text-too-long",
+                NOTHING,  # its synthesize-stopped comes at synthesize-stop, after its audio
             )
+        self.text += text
         return self.splitter.feed(text)
+
+    def is_its_copy(self, text: str) -> bool:
+        """Clients repeat a stream's whole text in a plain `synthesize` (for old servers)."""
+        mine, theirs = _squash(self.text), _squash(text)
+        return theirs == mine or (self.refused and theirs.startswith(mine))
 
 
 class PivoiceEventHandler(AsyncEventHandler):
@@ -164,13 +227,20 @@ class PivoiceEventHandler(AsyncEventHandler):
             reader, self.limits.max_frame_bytes, self.limits.max_data_bytes
         )
         self.peer = writer.get_extra_info("peername")
-        self._jobs: asyncio.Queue[Job] = asyncio.Queue(self.limits.max_pending)
+        self.host = str(self.peer[0]) if isinstance(self.peer, tuple) and self.peer else "local"
+        self.slot = Slot(self.host, busy=self._busy, evict=self._evict)
+        self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
+        self._pending = 0  # requests queued or running (refusal answers excluded)
+        self._running = False  # the worker is on a job
         self._worker: asyncio.Task[None] | None = None
         self._transcription: _Transcription | None = None
         self._dropping_audio = False  # the current audio stream's request was refused
         self._queued_samples = 0  # audio held by queued transcriptions
         self._synthesis: _SynthesisStream | None = None
+        self._request_deadline: float | None = None  # a request being received must end by then
+        self._open_runs: set[str] = set()  # audio/transcript/handled runs started, not stopped
         self._refused = False  # closing on a frame or client we refused
+        self._evicted = asyncio.Event()
 
     # ---- connection lifecycle -------------------------------------------------------------
 
@@ -179,10 +249,12 @@ class PivoiceEventHandler(AsyncEventHandler):
         services = self.services
         services.clients += 1
         try:
-            if services.clients > self.limits.max_clients:
+            if not services.connections.admit(self.slot):
                 self._refused = True
                 await self._error(
-                    f"server busy: {self.limits.max_clients} clients already connected", "busy"
+                    f"server busy: all {len(services.connections)} connections have a "
+                    "request in flight",
+                    "busy",
                 )
                 return
             self._worker = asyncio.create_task(self._work(), name=f"pivoice worker {self.peer}")
@@ -194,6 +266,7 @@ class PivoiceEventHandler(AsyncEventHandler):
                 with contextlib.suppress(asyncio.CancelledError, ConnectionError):
                     await self._worker
         finally:
+            services.connections.release(self.slot)
             if self._worker is not None:
                 self._worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -222,16 +295,85 @@ class PivoiceEventHandler(AsyncEventHandler):
             self.writer.write_eof()
             await asyncio.wait_for(discard(), seconds)
 
+    def _busy(self) -> bool:
+        """A request in flight: being received, queued, running or its replies going out."""
+        return (
+            self._pending > 0
+            or self._running
+            or self._transcription is not None
+            or self._synthesis is not None
+            or not self._jobs.empty()
+        )
+
+    def _evict(self) -> None:
+        """Close this idle connection to make room for another (connections.py)."""
+        self._evicted.set()
+
+    async def _until_evicted(self, waiting: Awaitable[T], timeout: float) -> T:
+        """`waiting`, unless the connection is evicted first (_Closing) or `timeout` passes."""
+        task = asyncio.ensure_future(waiting)
+        evicted = asyncio.ensure_future(self._evicted.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {task, evicted}, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            evicted.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        if self._evicted.is_set():
+            raise _Closing("closed to make room for another client", "evicted")
+        raise asyncio.TimeoutError
+
+    async def _wait_for_frame(self) -> bool:
+        """Wait for the next frame to begin (False: the client has gone).
+
+        Raises _Closing when the client was idle too long, or left a request unfinished
+        for too long. A client whose replies are still going out is not idle.
+        """
+        while True:
+            if self._request_deadline is not None:
+                deadline = self._request_deadline
+            else:
+                deadline = self.slot.last_request + self.limits.idle_timeout
+            try:
+                return await self._until_evicted(
+                    self.bounded.wait_for_frame(), deadline - time.monotonic()
+                )
+            except asyncio.TimeoutError:
+                if self._request_deadline is not None:
+                    raise _Closing(
+                        f"request not complete within {self.limits.request_timeout:.0f} s",
+                        "timeout",
+                    ) from None
+                if self._busy():
+                    self.slot.touch()
+                    continue
+                _LOGGER.info("%s idle for %.0f s, closing", self.peer, self.limits.idle_timeout)
+                raise _Closing("idle timeout", "idle") from None
+
     async def _read_one(self) -> bool:
         """Read and dispatch one event; False ends the connection."""
         try:
-            event = await asyncio.wait_for(
+            if not await self._wait_for_frame():
+                return False
+            event = await self._until_evicted(
                 async_read_event(self.bounded),  # type: ignore[arg-type]
-                timeout=self.limits.idle_timeout,
+                self.limits.frame_timeout,
             )
+        except _Closing as err:
+            self._refused = True  # linger: a client still sending must get to read why
+            await self._error(str(err), err.code)
+            return False
         except asyncio.TimeoutError:
-            _LOGGER.info("%s idle for %.0f s, closing", self.peer, self.limits.idle_timeout)
-            await self._error("idle timeout", "idle")
+            _LOGGER.info("%s sent a partial frame for %.0f s", self.peer, self.limits.frame_timeout)
+            self._refused = True
+            await self._error(
+                f"frame not complete within {self.limits.frame_timeout:.0f} s", "timeout"
+            )
             return False
         except (asyncio.IncompleteReadError, ConnectionError):
             _LOGGER.info("%s vanished mid-frame", self.peer)
@@ -253,13 +395,26 @@ class PivoiceEventHandler(AsyncEventHandler):
             return False
         if self._worker is not None and self._worker.done():
             return False  # the worker died (client gone while writing)
+        kind_of_event = event.type if isinstance(event.type, str) else ""
+        if kind_of_event not in _NOT_REQUESTS:
+            self.slot.touch()
 
         try:
             return await self.handle_event(event)
         except RequestError as err:
-            _LOGGER.info("%s: refused %s: %s", self.peer, event.type, err)
-            await self._error(str(err), err.code)
+            kind = err.kind or _KIND_OF_EVENT.get(kind_of_event, NOTHING)
+            _LOGGER.info("%s: refused %s: %s (%s)", self.peer, kind_of_event, err.code, err)
+            if self._jobs.qsize() >= 2 * self.limits.max_pending:
+                # Refusals piling up faster than the client reads their answers.
+                self._refused = True
+                await self._error("too many refused requests waiting to be answered", "overloaded")
+                return False
+            self._jobs.put_nowait(_Job(kind, partial(self._answer, err, kind), request=False))
             return True
+        except _Closing as err:
+            self._refused = True
+            await self._error(str(err), err.code)
+            return False
         except ConnectionError:
             return False  # gone while we answered it (or dropped for not reading)
 
@@ -271,14 +426,16 @@ class PivoiceEventHandler(AsyncEventHandler):
             _check_utf8(data)
 
         if Describe.is_type(event.type):
-            await self.write_event(self.services.description.info().event())
+            await self._reply(self.services.description.info().event())
         elif Ping.is_type(event.type):
-            await self.write_event(Pong(text=data.get("text")).event())
+            await self._reply(Pong(text=data.get("text")).event())
         elif Transcribe.is_type(event.type):
             language = data.get("language")
             self._transcription = _Transcription(
                 language if isinstance(language, str) else None, self.limits.max_audio_seconds
             )
+            self._dropping_audio = False
+            self._request_started()
         elif AudioStart.is_type(event.type):
             self._audio_start(data)
         elif AudioChunk.is_type(event.type):
@@ -288,16 +445,16 @@ class PivoiceEventHandler(AsyncEventHandler):
         elif Transcript.is_type(event.type):
             text = _text_field(data, "text", self.limits.max_text_chars)
             context = _context(data, self.limits.max_text_chars)
-            self._queue(lambda: self._converse(text, context))
+            self._queue(TURN, lambda: self._converse(text, context))
         elif Synthesize.is_type(event.type):
-            if self._synthesis is None:  # inside a stream it only repeats the text: skip it
-                text = _text_field(data, "text", self.limits.max_text_chars)
-                if not text.strip():
-                    raise RequestError("empty text: nothing to speak", "empty-text")
-                speaker = _speaker(data)
-                self._queue(lambda: self._synthesize([text], speaker, None))
+            self._synthesize_event(data)
         elif SynthesizeStart.is_type(event.type):
+            if self._synthesis is not None:
+                raise RequestError(
+                    "synthesize-start inside an open stream: its limits go on", kind=NOTHING
+                )
             self._synthesis = _SynthesisStream(_speaker(data), self.limits.max_text_chars)
+            self._request_started()
         elif SynthesizeChunk.is_type(event.type):
             self._synthesis_chunk(data)
         elif SynthesizeStop.is_type(event.type):
@@ -306,12 +463,30 @@ class PivoiceEventHandler(AsyncEventHandler):
             _LOGGER.debug("%s: ignoring event %s", self.peer, event.type)
         return True
 
+    async def _reply(self, event: Event) -> None:
+        """Answer at once if nothing is owed before it; else in its place after the rest."""
+        if self._jobs.empty() and not self._running:
+            await self.write_event(event)
+            return
+        if self._jobs.qsize() >= 2 * self.limits.max_pending:
+            raise _Closing("too many requests waiting to be answered", "overloaded")
+        self._jobs.put_nowait(_Job(NOTHING, partial(self.write_event, event), request=False))
+
+    def _request_started(self) -> None:
+        if self._request_deadline is None:
+            self._request_deadline = time.monotonic() + self.limits.request_timeout
+
+    def _request_received(self) -> None:
+        if self._transcription is None and self._synthesis is None:
+            self._request_deadline = None
+
     # ---- ASR ------------------------------------------------------------------------------
 
     def _audio_start(self, data: dict[str, Any]) -> None:
         if self._transcription is None:
             # Clients that skip `transcribe` still get a transcript, in the default language.
             self._transcription = _Transcription(None, self.limits.max_audio_seconds)
+            self._request_started()
         try:
             fmt = check_format(data.get("rate"), data.get("width"), data.get("channels"))
         except AudioFormatError as err:
@@ -322,7 +497,7 @@ class PivoiceEventHandler(AsyncEventHandler):
     def _audio_chunk(self, event: Event) -> None:
         transcription = self._transcription
         if self._dropping_audio:
-            return  # the rest of a refused request's audio: already answered with an error
+            return  # the rest of a refused request's audio: already answered
         if transcription is None or transcription.converter is None:
             self._refuse_audio()
             raise RequestError("audio-chunk before audio-start", "bad-audio-format")
@@ -335,15 +510,20 @@ class PivoiceEventHandler(AsyncEventHandler):
             raise
 
     def _refuse_audio(self) -> None:
+        """The rest of this audio stream is dropped (it was answered) until audio-stop."""
         self._transcription = None
         self._dropping_audio = True
+        self._request_received()
 
     def _audio_stop(self) -> None:
         transcription = self._transcription
         self._transcription = None
-        self._dropping_audio = False
+        dropping, self._dropping_audio = self._dropping_audio, False
+        self._request_received()
+        if dropping:
+            return  # audio-stop of a refused request: it was answered at the refusal
         if transcription is None or transcription.converter is None:
-            return  # audio-stop of a refused or never-started request: nothing to answer
+            raise RequestError("audio-stop without audio-start", "empty-audio")
         audio = transcription.audio()
         if audio.size == 0:
             raise RequestError("no audio was received before audio-stop", "empty-audio")
@@ -352,7 +532,11 @@ class PivoiceEventHandler(AsyncEventHandler):
         if self._queued_samples + audio.size > 2 * transcription.max_samples:
             raise RequestError("too much audio waiting to be transcribed", "overloaded")
         self._queued_samples += audio.size
-        self._queue(lambda: self._transcribe(audio, transcription.language))
+        try:
+            self._queue(TRANSCRIBE, lambda: self._transcribe(audio, transcription.language))
+        except RequestError:
+            self._queued_samples -= audio.size
+            raise
 
     async def _transcribe(self, audio: np.ndarray, language: str | None) -> None:
         try:
@@ -376,11 +560,12 @@ class PivoiceEventHandler(AsyncEventHandler):
         await self.write_event(TranscriptStop().event())
         self.services.count("transcribe")
         _LOGGER.info(
-            "Transcribed %.2f s of audio in %.3f s: %r",
+            "Transcribed %.2f s of audio in %.3f s (%d characters)",
             audio.size / 16000,
             time.monotonic() - start,
-            text,
+            len(text),
         )
+        _LOGGER.debug("Transcript: %r", text)
 
     # ---- conversation ---------------------------------------------------------------------
 
@@ -391,15 +576,20 @@ class PivoiceEventHandler(AsyncEventHandler):
         conversation_id = _context_str(context, "conversation_id")
         turn_id = _context_str(context, "turn_id")  # ours: a repeated id replaces that turn
         store = self.services.conversations
-        messages = store.messages(conversation_id, text, turn_id)
+        key = store.key(self.host, conversation_id)
+        earlier = store.earlier(key, turn_id)
         start = time.monotonic()
         first: float | None = None
         await self.write_event(HandledStart(context=context).event())
         pieces: list[str] = []
-        pause = self.services.audio_first.pause
-        stream = self.services.llm.stream(
-            lambda llm, cancel: llm.stream(messages, cancel=cancel, pause=pause)
-        )
+        pause = self.services.audio_first.pause_for(self.host, since=start)
+        reply_tokens = self.services.settings.llm.max_tokens
+
+        def turn(llm: Any, cancel: Any) -> Any:
+            messages = store.prompt(llm, earlier, text, reply_tokens)
+            return llm.stream(messages, cancel=cancel, pause=pause)
+
+        stream = self.services.llm.stream(turn)
         async with contextlib.aclosing(stream):
             async for piece in stream:
                 if first is None:
@@ -407,51 +597,79 @@ class PivoiceEventHandler(AsyncEventHandler):
                 pieces.append(piece)
                 await self.write_event(HandledChunk(text=piece).event())
         reply = "".join(pieces).strip()
-        store.record(conversation_id, text, reply, turn_id)
+        store.record(key, text, reply, turn_id)
         # Home Assistant reads only the final `handled`; streaming clients get both.
         await self.write_event(Handled(text=reply, context=context).event())
         await self.write_event(HandledStop().event())
         self.services.count("handle")
         _LOGGER.info(
-            "Answered in %.3f s (first token %.3f s): %r",
+            "Answered in %.3f s (first token %.3f s, %d characters)",
             time.monotonic() - start,
             first or 0.0,
-            reply,
+            len(reply),
         )
+        _LOGGER.debug("Turn %r answered %r", text, reply)
 
     # ---- TTS ------------------------------------------------------------------------------
 
+    def _synthesize_event(self, data: dict[str, Any]) -> None:
+        stream = self._synthesis
+        if stream is not None:
+            value = data.get("text")
+            if not isinstance(value, str) or stream.is_its_copy(value):
+                return  # the compatibility copy of the stream's text: spoken already
+            # A different text: the client gave up on its stream. End that stream, then
+            # answer this request as its own.
+            self._synthesis_stop()
+        text = _text_field(data, "text", self.limits.max_text_chars)
+        if not text.strip():
+            raise RequestError("empty text: nothing to speak", "empty-text")
+        speaker = _speaker(data)
+        self._queue(SYNTHESIZE, lambda: self._synthesize([text], speaker, None))
+
     def _synthesis_chunk(self, data: dict[str, Any]) -> None:
         if self._synthesis is None:
-            raise RequestError("synthesize-chunk outside synthesize-start/stop")
+            raise RequestError("synthesize-chunk outside synthesize-start/stop", kind=NOTHING)
         if self._synthesis.refused:
             return  # the rest of a refused stream: already answered with an error
         text = _text_field(data, "text", self.limits.max_text_chars)
         sentences = self._synthesis.feed(text)
         if sentences:
-            speaker = self._synthesis.speaker
-            self._queue(lambda: self._synthesize(sentences, speaker, None))
+            stream = self._synthesis
+            self._queue(SENTENCE, lambda: self._synthesize(sentences, stream.speaker, None, stream))
 
     def _synthesis_stop(self) -> None:
         stream = self._synthesis
         self._synthesis = None
+        self._request_received()
         if stream is None:
-            raise RequestError("synthesize-stop without synthesize-start")
+            raise RequestError("synthesize-stop without synthesize-start", kind=STREAM_END)
         rest = None if stream.refused else stream.splitter.flush()
         self._queue(
+            STREAM_END,
             lambda: self._synthesize(
                 [rest] if rest else [], stream.speaker, SynthesizeStopped().event()
-            )
+            ),
+            force=True,  # the end a streaming client waits for is never refused
         )
 
-    async def _synthesize(self, texts: list[str], speaker: str | None, done: Event | None) -> None:
+    async def _synthesize(
+        self,
+        texts: list[str],
+        speaker: str | None,
+        done: Event | None,
+        stream: _SynthesisStream | None = None,
+    ) -> None:
         """Speak each text as one audio-start…audio-stop run, then send `done` if given.
 
         `done` (a stream's `synthesize-stopped`) goes out even after a failed sentence:
-        streaming clients read until it comes.
+        streaming clients read until it comes. A stream refused meanwhile (over its limit)
+        speaks no more: its client is waiting for the end.
         """
         try:
             for text in texts:
+                if stream is not None and stream.refused:
+                    break
                 if text.strip():
                     await self._speak(text, speaker)
         except (ConnectionError, asyncio.CancelledError):
@@ -459,12 +677,18 @@ class PivoiceEventHandler(AsyncEventHandler):
         except Exception as err:
             if done is None:
                 raise
-            await self._report(err)
+            await self._report(err, SENTENCE)
         if done is not None:
             await self.write_event(done)
 
     async def _speak(self, text: str, speaker: str | None) -> None:
-        tts = await self.services.tts.get()
+        """One audio run for `text`, synthesized in bounded pieces (engines/tts.py).
+
+        The model is taken for one piece at a time, so another client's request is served
+        between two pieces of a long text instead of after all of it.
+        """
+        slot = self.services.tts
+        tts = await slot.get()
         try:
             tts.speaker_id(speaker)
         except ValueError as err:
@@ -476,81 +700,111 @@ class PivoiceEventHandler(AsyncEventHandler):
         step = SAMPLES_PER_CHUNK * width * channels
         samples = 0
         audio_first = self.services.audio_first
-        stream = self.services.tts.stream(
-            lambda engine, cancel: audio_first.while_speaking(
-                engine.sentences(text, speaker, cancel)
+        pieces = await slot.run(lambda engine: engine.pieces(text))
+        for piece in pieces:
+            stream = slot.stream(
+                lambda engine, cancel, piece=piece: audio_first.while_speaking(
+                    engine.speak(piece, speaker, cancel), self.host, start
+                )
             )
-        )
-        try:
             async with contextlib.aclosing(stream):
                 async for pcm in stream:
                     if first is None:
                         first = time.monotonic() - start
                     for offset in range(0, len(pcm), step):
-                        piece = pcm[offset : offset + step]
+                        chunk = pcm[offset : offset + step]
                         await self.write_event(
                             AudioChunk(
                                 rate=rate,
                                 width=width,
                                 channels=channels,
-                                audio=piece,
+                                audio=chunk,
                                 timestamp=int(samples * 1000 / rate),
                             ).event()
                         )
-                        samples += len(piece) // width
-        except ConnectionError:
-            raise  # nobody left to tell
-        except Exception:
-            # Home Assistant's plain TTS waits for audio-stop and ignores `error`: close the
-            # audio run before the error goes out, or it would hang on a failed synthesis.
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                await self.write_event(AudioStop(timestamp=int(samples * 1000 / rate)).event())
-            raise
+                        samples += len(chunk) // width
         await self.write_event(AudioStop(timestamp=int(samples * 1000 / rate)).event())
         self.services.count("synthesize")
         _LOGGER.info(
-            "Spoke %.2f s of audio in %.3f s (first audio %.3f s) for %r",
+            "Spoke %.2f s of audio in %.3f s (first audio %.3f s, %d characters, %d pieces)",
             samples / rate,
             time.monotonic() - start,
             first or 0.0,
-            text,
+            len(text),
+            len(pieces),
         )
+        _LOGGER.debug("Spoke %r", text)
 
     # ---- plumbing -------------------------------------------------------------------------
 
-    def _queue(self, job: Job) -> None:
-        try:
-            self._jobs.put_nowait(job)
-        except asyncio.QueueFull:
+    def _queue(self, kind: str, run: Callable[[], Awaitable[None]], force: bool = False) -> None:
+        if self._pending >= self.limits.max_pending and not force:
             raise RequestError(
                 f"too many pending requests (limit {self.limits.max_pending})", "overloaded"
-            ) from None
+            )
+        self._pending += 1
+        self._jobs.put_nowait(_Job(kind, run))
 
     async def _work(self) -> None:
         while True:
             job = await self._jobs.get()
             if job is _STOP:
                 return
+            self._running = True
             try:
-                await job()
+                await job.run()
             except (ConnectionError, asyncio.CancelledError):
                 raise
             except Exception as err:
-                await self._report(err)
+                await self._report(err, job.kind)
+            finally:
+                self._running = False
+                if job.request:
+                    self._pending -= 1
+                self.slot.touch()  # the idle clock starts when the replies are out
 
-    async def _report(self, err: Exception) -> None:
-        """A failed request's `error` event: refused (RequestError) or failed inside."""
-        if isinstance(err, RequestError):
-            await self._error(str(err), err.code)
-        else:
+    async def _report(self, err: Exception, kind: str) -> None:
+        """A failed request's `error` event and the end its client waits for."""
+        if not isinstance(err, RequestError):
             _LOGGER.error("%s: request failed", self.peer, exc_info=err)
-            await self._error(f"internal error: {err}", "internal")
+            err = RequestError(f"internal error: {err}", "internal")
+        await self._answer(err, kind)
+
+    async def _answer(self, err: RequestError, kind: str) -> None:
+        await self._error(str(err), err.code)
+        for event in self._ending(kind, err.code):
+            await self.write_event(event)
+
+    def _ending(self, kind: str, code: str) -> list[Event]:
+        """What ends a refused or failed request for a client that ignores `error`."""
+        runs = self._open_runs
+        if kind == TRANSCRIBE:
+            ending = [Transcript(text="").event()]
+            return [*ending, TranscriptStop().event()] if "transcript" in runs else ending
+        if kind == TURN:
+            ending = [NotHandled(text=_SORRY.get(code, _SORRY_DEFAULT)).event()]
+            return [*ending, HandledStop().event()] if "handled" in runs else ending
+        if kind in (SYNTHESIZE, SENTENCE):
+            if "audio" in runs:
+                return [AudioStop().event()]
+            if kind == SENTENCE:
+                return []
+            rate = self.services.description.voice.sample_rate
+            return [AudioStart(rate=rate, width=2, channels=1).event(), AudioStop().event()]
+        if kind == STREAM_END:
+            return [SynthesizeStopped().event()]
+        return []
 
     async def write_event(self, event: Event) -> None:
         """Write one event; a client that reads nothing for `write_timeout` is dropped.
 
         Without the bound, `drain()` waits forever on a client that stopped reading.
         """
+        run, _, part = event.type.partition("-")
+        if run in _RUNS and part == "start":
+            self._open_runs.add(run)
+        elif run in _RUNS and part == "stop":
+            self._open_runs.discard(run)
         try:
             await asyncio.wait_for(
                 async_write_event(event, self.writer), timeout=self.limits.write_timeout
@@ -571,7 +825,8 @@ async def _stop_marker() -> None:
     """Queued last when the client has finished sending."""
 
 
-_STOP: Job = _stop_marker
+_STOP = _Job(NOTHING, _stop_marker, request=False)
+_RUNS = {"audio", "transcript", "handled"}
 
 # Events we act on; any other type is ignored whatever its data holds.
 _HANDLED = {

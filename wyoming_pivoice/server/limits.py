@@ -1,30 +1,37 @@
 """The server's limits, all in one place, and the reader that enforces frame sizes.
 
-- header line of a frame: 64 KiB (asyncio's stream limit) → `error` "malformed", connection
-  closed. So is any frame that is not a JSON event (not JSON, not an object, no string
-  "type", a length that is not a number, JSON nested too deep).
-- payload block (audio) of one frame: `max_frame_bytes` (4 MiB); data block (JSON) of one
-  frame: `max_data_bytes` (256 KiB: parsed JSON takes many times its size in memory) →
-  `error` "frame-too-large", connection closed (refused before it is read).
-- audio of one transcription: `max_audio_seconds` (60 s) → `error` "audio-too-long"; the
-  request is dropped, the connection stays.
-- audio queued for transcription on one connection: 2 × `max_audio_seconds` → `error`
-  "overloaded"; that request is dropped.
-- text of one synthesis or turn, all the chunks of one streaming synthesis, and a turn's
-  `context` (as JSON): `max_text_chars` (4000) → `error` "text-too-long"; the request (or
-  the rest of the stream, which still ends with `synthesize-stopped`) is dropped, the
-  connection stays. Text with a NUL or a lone surrogate → `error` "bad-request".
-- requests queued on one connection: `max_pending` (64) → `error` "overloaded".
-- clients connected at once: `max_clients` (16) → `error` "busy", connection closed at once.
-- silence from a client: `idle_timeout` (300 s) → `error` "idle", connection closed.
-- a client that reads none of its replies: `write_timeout` (30 s without taking any
-  buffered reply) → connection dropped. It never holds a model: a model is free as soon
-  as it has produced a request's output.
-- conversation memory: 6 turns for each of the 64 most recent `conversation_id`s, forgotten
-  after 300 s idle (conversation.py); one reply: `--max-tokens` (256).
+Every refusal sends `error` (for clients that read it) and then ends the client's wait in a
+way Home Assistant understands, since HA ignores `error` (README, *Limits*):
+- a request that is refused but leaves the connection readable gets the answer its client
+  waits for: an empty `transcript` (ASR), an empty audio run `audio-start`/`audio-stop`
+  (`synthesize`), `synthesize-stopped` (a stream), `not-handled` with a short text (a turn).
+  The connection stays: later requests on it are still served, in order.
+- a connection we cannot or will not read on (a bad frame, a slot refused, idle, too slow,
+  evicted) gets `error` and is closed: EOF releases every client.
 
-Memory one connection can hold is thereby bounded: one frame being read, one transcription
-being received, and its queue (at most two transcriptions' audio plus small text requests).
+- header line of a frame: 64 KiB (asyncio's stream limit) → `malformed`, closed. So is any
+  frame that is not a JSON event.
+- payload block of one frame: `max_frame_bytes` (4 MiB); data block: `max_data_bytes`
+  (256 KiB: parsed JSON takes many times its size) → `frame-too-large`, closed.
+- a frame, once its first byte is in: complete within `frame_timeout` (30 s) → `timeout`, closed.
+- a request (transcription, streaming synthesis), from its first event to its last:
+  `request_timeout` (120 s) → `timeout`, closed.
+- audio of one transcription: `max_audio_seconds` (60 s) → `audio-too-long`; queued audio
+  on one connection: 2 × that → `overloaded`.
+- text of one synthesis, turn or stream (all its chunks), a turn's `context` as JSON:
+  `max_text_chars` (4000) → `text-too-long`.
+- requests queued on one connection: `max_pending` (64) → `overloaded`; twice that many
+  unanswered refusals → closed.
+- connections: `max_clients` (16), `max_clients_per_host` (12) from one address. At a limit
+  the connection that has been idle longest with no request in flight is evicted (`evicted`,
+  closed); only if every one is busy is the newcomer refused (`busy`, closed).
+- silence: `idle_timeout` (300 s) since the client's last request and last reply → `idle`,
+  closed. `ping` and `describe` are answered but do not count as requests: they keep no slot.
+- a client that reads none of its replies: `write_timeout` (30 s) → dropped.
+- synthesis: one inference speaks at most `MAX_PIECE_PHONEMES` (engines/tts.py); the model
+  is given back between pieces so other clients' requests interleave.
+- conversation: prompt + reply fit the model's context in its own tokens (oldest history
+  dropped first, then the user text cut); memory per (client address, conversation id).
 """
 
 from __future__ import annotations
@@ -42,8 +49,11 @@ class Limits:
     max_data_bytes: int = 256 * 1024
     max_pending: int = 64
     max_clients: int = 16
+    max_clients_per_host: int = 12
     idle_timeout: float = 300.0
     write_timeout: float = 30.0
+    frame_timeout: float = 30.0
+    request_timeout: float = 120.0
 
 
 class FrameTooLarge(ValueError):
@@ -68,10 +78,19 @@ class BoundedReader:
         self._data_length: object = None  # the current header's data_length, until read
         self.violation: str | None = None
         self.got_line = False  # the last header read had bytes (so no event means a bad one)
+        self._first = b""  # a frame's first byte, read by `wait_for_frame`
+
+    async def wait_for_frame(self) -> bool:
+        """Wait for the next frame's first byte (False at EOF): the idle wait, which has a
+        different deadline from reading the rest of the frame."""
+        if not self._first:
+            self._first = await self._reader.read(1)
+        return bool(self._first)
 
     async def readline(self) -> bytes:
         self.got_line = True  # stays True if the line is over asyncio's limit (ValueError)
-        line = await self._reader.readline()
+        first, self._first = self._first, b""
+        line = first if first == b"\n" else first + await self._reader.readline()
         self.got_line = bool(line)
         self._data_length = _data_length(line)
         return line

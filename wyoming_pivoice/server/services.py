@@ -1,5 +1,5 @@
 """The process-wide state every connection shares: one slot per model, the limits,
-the conversation histories and the client count."""
+the conversation histories and the connection slots."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ..engines.priority import AudioFirst
 from ..engines.runtime import ModelSlot
 from ..engines.tts import PiperTts
 from ..settings import ServerSettings
+from .connections import ConnectionTable
 from .info import ServiceDescription
 
 E = TypeVar("E", WhisperAsr, PiperTts, LlamaChat)
@@ -32,8 +33,9 @@ class Services:
     tts: ModelSlot[PiperTts]
     llm: ModelSlot[LlamaChat]
     conversations: ConversationStore
+    connections: ConnectionTable
     audio_first: AudioFirst = field(default_factory=AudioFirst)
-    clients: int = 0
+    clients: int = 0  # handlers alive, refused ones included
     served: dict[str, int] = field(default_factory=dict)  # requests answered, by kind
 
     @classmethod
@@ -45,15 +47,26 @@ class Services:
             tts=ModelSlot("TTS (piper)", lambda: warmed(PiperTts(settings.tts))),
             llm=ModelSlot("LLM (llama.cpp)", lambda: warmed(LlamaChat(settings.llm))),
             conversations=ConversationStore(settings.llm.system_prompt),
+            connections=ConnectionTable(
+                settings.limits.max_clients, settings.limits.max_clients_per_host
+            ),
             audio_first=AudioFirst(enabled=settings.audio_first),
         )
 
     def start_loading(self) -> None:
-        """ASR and TTS always preload; the LLM too unless --llm-lazy (then on first turn)."""
-        self.asr.start_loading()
-        self.tts.start_loading()
-        if not self.settings.llm_lazy:
-            self.llm.start_loading()
+        """ASR and TTS always preload; the LLM too unless --llm-lazy (then on first turn).
+
+        The ASR loads first, alone: faster-whisper's tokenizer parse holds the GIL for
+        ~0.2 s (longer on a busy CPU), and with the other loaders beside it that stretched
+        past Home Assistant's one second for `describe`.
+        """
+
+        def then_the_rest(_done: object) -> None:
+            self.tts.start_loading()
+            if not self.settings.llm_lazy:
+                self.llm.start_loading()
+
+        self.asr.start_loading().add_done_callback(then_the_rest)
 
     def count(self, kind: str) -> None:
         self.served[kind] = self.served.get(kind, 0) + 1

@@ -1,0 +1,278 @@
+"""Idle, pinging and slow clients never lock a real one out (server/connections.py).
+
+A small server (4 slots, 2 per address, short timeouts) against clients that hold slots
+the ways a hostile LAN neighbour would; the real client is served every time. Other source
+addresses come from the loopback network (127.0.0.2, 127.0.0.3 …).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wyoming.event import Event, async_read_event, async_write_event
+from wyoming.info import Describe
+from wyoming.ping import Ping
+
+from .helpers import server_process
+from .test_fuzz import encode, open_connections, server_process_of
+from .test_server_refusals import PCM_SECOND, RELEASE_S, TTS, ha_reads, synthesize
+
+SLOTS = 4
+PER_HOST = 3
+IDLE = 3.0
+REQUEST = 4.0
+FRAME = 2.0
+
+
+@pytest.fixture(scope="module")
+def slots_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    log: Path = tmp_path_factory.mktemp("slots") / "server.log"
+    with server_process(
+        "--max-clients", str(SLOTS),
+        "--max-clients-per-host", str(PER_HOST),
+        "--idle-timeout", str(IDLE),
+        "--request-timeout", str(REQUEST),
+        "--frame-timeout", str(FRAME),
+        "--llm-lazy",
+        log=log,
+    ) as port:  # fmt: skip
+        yield port
+
+
+async def connect(port: int, host: str = "127.0.0.1"):
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=(host, 0))
+
+
+async def real_request(port: int, host: str = "127.0.0.1") -> list[Event]:
+    """What Home Assistant does: a new connection, describe, then speech."""
+    reader, writer = await connect(port, host)
+    try:
+        await async_write_event(Describe().event(), writer)
+        await async_write_event(Event("synthesize", {"text": "Hello there."}), writer)
+        replies = []
+        async with asyncio.timeout(30):
+            while not replies or replies[-1].type not in ("audio-stop", "error"):
+                event = await async_read_event(reader)
+                assert event is not None, f"closed after {[e.type for e in replies]}"
+                replies.append(event)
+        return replies
+    finally:
+        writer.close()
+
+
+def served(replies: list[Event]) -> bool:
+    return replies[0].type == "info" and sum(len(e.payload or b"") for e in replies) > 22050
+
+
+async def read_until_closed(reader: asyncio.StreamReader, timeout: float) -> list[str]:
+    codes = []
+    async with asyncio.timeout(timeout):
+        while (event := await async_read_event(reader)) is not None:
+            if event.type == "error":
+                codes.append(event.data["code"])
+    return codes
+
+
+async def test_idle_connections_are_evicted_for_a_real_client(slots_port: int) -> None:
+    """16-idle-connections lockout, in small: every slot taken by a silent client (and by
+    one that described once); ten real requests in a row are all served."""
+    idle = [await connect(slots_port, f"127.0.0.{2 + i % 2}") for i in range(SLOTS * 2)]
+    try:
+        results = [await real_request(slots_port) for _ in range(10)]
+        assert all(served(r) for r in results)
+        codes = [await read_until_closed(reader, 10) for reader, _w in idle]
+        # Told why, then closed: evicted for a newcomer, or at the idle timeout.
+        assert all(c in (["evicted"], ["idle"]) for c in codes), codes
+        assert codes.count(["evicted"]) >= SLOTS, codes
+    finally:
+        for _reader, writer in idle:
+            writer.close()
+
+
+async def test_pings_do_not_buy_a_slot(slots_port: int) -> None:
+    """Connections that ping all the time are still idle: evicted for real clients, and
+    closed at the idle timeout even though they never stop pinging."""
+
+    async def pinger(host: str, admitted: asyncio.Event) -> tuple[list[str], float]:
+        reader, writer = await connect(slots_port, host)
+        start = time.monotonic()
+        codes: list[str] = []
+        try:
+            async with asyncio.timeout(IDLE + 20):
+                while True:
+                    await async_write_event(Ping(text="hi").event(), writer)
+                    event = await async_read_event(reader)
+                    if event is None:
+                        return codes, time.monotonic() - start
+                    if event.type == "error":
+                        codes.append(event.data["code"])
+                    admitted.set()
+                    await asyncio.sleep(0.2)  # a client's pace, not synchronisation
+        except ConnectionError:
+            return codes, time.monotonic() - start
+        finally:
+            writer.close()
+
+    admitted = [asyncio.Event() for _ in range(SLOTS)]
+    pingers = [
+        asyncio.create_task(pinger(f"127.0.0.{2 + i % 2}", admitted[i])) for i in range(SLOTS)
+    ]
+    for event in admitted:  # every slot taken by a pinger
+        await event.wait()
+    replies = await real_request(slots_port, "127.0.0.4")
+    assert served(replies)
+    ended = await asyncio.gather(*pingers)
+    assert any(codes == ["evicted"] for codes, _s in ended), ended
+    for codes, seconds in ended:
+        assert codes in (["evicted"], ["idle"]), codes
+        assert codes == ["evicted"] or IDLE - 0.5 < seconds < IDLE + 5, seconds
+
+
+async def test_half_sent_frames_hold_no_slot(slots_port: int) -> None:
+    """Slow-loris: every slot holds a frame sent one byte at a time (no request yet)."""
+    lorises = []
+    for i in range(SLOTS):
+        reader, writer = await connect(slots_port, f"127.0.0.{2 + i % 2}")
+        writer.write(b'{"type": "synth')
+        lorises.append((reader, writer))
+    try:
+        assert served(await real_request(slots_port))
+    finally:
+        for _r, writer in lorises:
+            writer.close()
+
+
+async def test_a_frame_sent_too_slowly_is_closed(slots_port: int) -> None:
+    """Slow-loris below capacity: a frame not complete within the frame timeout."""
+    reader, writer = await connect(slots_port)
+    try:
+        start = time.monotonic()
+        writer.write(b'{"type": "synthesize", "data": {"text": "He')
+        codes = await read_until_closed(reader, FRAME + 20)
+        assert codes == ["timeout"] and time.monotonic() - start < FRAME + 5
+    finally:
+        writer.close()
+
+
+async def test_a_request_left_unfinished_is_closed(slots_port: int) -> None:
+    """An audio stream that stops arriving holds its slot for the request timeout, no more."""
+    reader, writer = await connect(slots_port)
+    try:
+        start = time.monotonic()
+        writer.write(encode("transcribe", {}, None))
+        writer.write(encode("audio-start", {"rate": 16000, "width": 2, "channels": 1}, None))
+        writer.write(encode("audio-chunk", {"rate": 16000, "width": 2, "channels": 1},
+                            PCM_SECOND))  # fmt: skip
+        codes = await read_until_closed(reader, REQUEST + 20)
+        assert codes == ["timeout"] and time.monotonic() - start < REQUEST + 5
+    finally:
+        writer.close()
+
+
+async def test_one_address_cannot_take_every_slot(slots_port: int) -> None:
+    """127.0.0.2 holds its share of slots with requests in flight: its next connection is
+    refused at once (`busy`, closed), while another address is still served."""
+    held = [await hold_busy_from(slots_port, "127.0.0.2") for _ in range(PER_HOST)]
+    try:
+        reader, writer = await connect(slots_port, "127.0.0.2")
+        writer.write(synthesize(""))
+        start = time.monotonic()
+        codes = await read_until_closed(reader, 10)
+        writer.close()
+        assert codes == ["busy"] and time.monotonic() - start < RELEASE_S
+        assert served(await real_request(slots_port, "127.0.0.3"))
+    finally:
+        for writer in held:
+            writer.close()
+    assert await asyncio.to_thread(open_connections, server_process_of(slots_port)) == []
+
+
+async def hold_busy_from(port: int, host: str) -> asyncio.StreamWriter:
+    reader, writer = await connect(port, host)
+    writer.write(encode("transcribe", {}, None) + encode("ping", {}, None))
+    await writer.drain()
+    async with asyncio.timeout(10):
+        assert (await async_read_event(reader)).type == "pong"
+    return writer
+
+
+async def test_refused_newcomer_is_released_in_time(slots_port: int) -> None:
+    """With every slot busy, an HA-like client gets EOF within a second."""
+    held = [await hold_busy_from(slots_port, f"127.0.0.{2 + i % 2}") for i in range(SLOTS)]
+    try:
+        seconds, replies, how = await ha_reads(slots_port, [synthesize("Hi.")], TTS)
+        assert how == "eof" and seconds < RELEASE_S and replies[0].data["code"] == "busy"
+    finally:
+        for writer in held:
+            writer.close()
+
+
+async def _lockout_figures(port: int) -> None:
+    async def describe() -> tuple[str, float]:
+        start = time.monotonic()
+        reader, writer = await connect(port)
+        try:
+            await async_write_event(Describe().event(), writer)
+            event = await async_read_event(reader)
+            return (event.type if event else "eof"), time.monotonic() - start
+        finally:
+            writer.close()
+
+    def report(what: str, results: list[tuple[str, float]]) -> None:
+        answered = sum(kind == "info" for kind, _s in results)
+        median = statistics.median(s for _k, s in results) * 1000
+        print(f"{what}: {answered} of {len(results)} describes answered, median {median:.0f} ms")
+
+    held = [await connect(port) for _ in range(16)]
+    report("16 idle connections held", [await describe() for _ in range(10)])
+    served_tts = [served(await real_request(port)) for _ in range(10)]
+    print(f"  and {sum(served_tts)} of 10 describe + synthesize requests served")
+    for _reader, writer in held:
+        writer.close()
+
+    stop = asyncio.Event()
+    admitted = [asyncio.Event() for _ in range(16)]
+
+    async def pinger(admitted: asyncio.Event) -> None:
+        reader, writer = await connect(port)
+        try:
+            while not stop.is_set():
+                await async_write_event(Ping().event(), writer)
+                if await async_read_event(reader) is None:
+                    return
+                admitted.set()
+                await asyncio.sleep(0.5)  # a client's pace
+        except ConnectionError:
+            return
+        finally:
+            admitted.set()
+            writer.close()
+
+    pingers = [asyncio.create_task(pinger(event)) for event in admitted]
+    for event in admitted:
+        await event.wait()
+    report("16 connections pinging every 0.5 s", [await describe() for _ in range(10)])
+    stop.set()
+    await asyncio.gather(*pingers)
+
+    held = [await connect(port) for _ in range(200)]
+    report("200 connections opened and left idle", [await describe() for _ in range(10)])
+    for _reader, writer in held:
+        writer.close()
+
+
+def main() -> int:
+    """Issue #12's lockout scenarios against a server with the default limits."""
+    with server_process("--llm-lazy") as port:
+        asyncio.run(_lockout_figures(port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
