@@ -183,7 +183,7 @@ def test_the_user_over_a_reply_still_starts_speech() -> None:
     logic = EndpointLogic(VadSettings())
     logic.hearing = Hearing.ECHO
     events = run(logic, KITCHEN)
-    assert [e.kind for _, e in events][0] is EndpointKind.SPEECH_STARTED
+    assert events[0][1].kind is EndpointKind.SPEECH_STARTED
     assert events[-1][1].kind is EndpointKind.ENDPOINT
 
 

@@ -175,7 +175,6 @@ class EchoCanceller:
         index = self._index(due)
         ref = self._ref
 
-
         if ref.fmt != fmt or index > ref.end + JOIN_SECONDS * RATE:
             ref.converter = StreamingConverter(fmt, RATE)  # a new reply: a new stream
             ref.fmt = fmt
