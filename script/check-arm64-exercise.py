@@ -1,6 +1,8 @@
-"""Run by script/check-arm64 inside the arm64 root (cwd /src, the root's .venv python):
-starts the server from that venv and asks it what Home Assistant would, timing each step.
-Exits 1 on a wrong answer. Emulated, so times are qemu's, not a Pi's."""
+"""Run by script/check-arm64 inside the arm64 root (cwd /src, the root's .venv python) and by
+script/check-addon-image inside the image's root: starts the server (from BIN_DIR, the first
+argument, default .venv/bin) and asks it what Home Assistant would, timing each step.
+Real speech: the second argument, default kitchen.wav. Exits 1 on a wrong answer.
+Under emulation the times are qemu's, not a Pi's."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from wyoming.info import Describe, Info
 from wyoming_pivoice.ports import free_port, wait_for_port
 
 LOAD_TIMEOUT = 1800.0  # model loads under emulation take minutes
+WAV = sys.argv[2] if len(sys.argv) > 2 else "kitchen.wav"
 
 
 async def ask(port: int, events: list[Event], until: str) -> list[Event]:
@@ -46,7 +49,7 @@ async def exercise(port: int) -> bool:
     names = [info.asr[0].name, info.tts[0].name, info.handle[0].models[0].name]
     report("describe", start, ", ".join(names))
 
-    with wave.open("kitchen.wav", "rb") as wav:
+    with wave.open(WAV, "rb") as wav:
         rate, width, channels = wav.getframerate(), wav.getsampwidth(), wav.getnchannels()
         pcm = wav.readframes(wav.getnframes())
     events = [Transcribe(language="en").event(), AudioStart(rate, width, channels).event()]
@@ -78,10 +81,11 @@ async def exercise(port: int) -> bool:
 
 
 def main() -> int:
+    bin_dir = sys.argv[1] if len(sys.argv) > 1 else ".venv/bin"
     port = free_port()
     start = time.monotonic()
     server = subprocess.Popen(
-        [".venv/bin/wyoming-pivoice", "server", "--uri", f"tcp://127.0.0.1:{port}",
+        [f"{bin_dir}/wyoming-pivoice", "server", "--uri", f"tcp://127.0.0.1:{port}",
          "--no-zeroconf"],
         stdout=open("server.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
     )  # fmt: skip
