@@ -66,8 +66,11 @@ def unmount(points: list[Path]) -> None:
         subprocess.run(["umount", "-l", str(point)], check=False)
 
 
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # Debian's image
+
+
 def run_in(stage: Stage, command: str, binds: dict[str, Path], drop_env: set[str]) -> None:
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
+    env = {"PATH": DEFAULT_PATH, "HOME": "/root"}
     env.update(stage.args)
     env.update(stage.env)
     for name in drop_env:
@@ -144,7 +147,8 @@ def build(args: argparse.Namespace) -> dict:
         elif word == "SHELL":
             stage.shell = json.loads(rest)
         elif word == "ENV":
-            for item in shlex.split(expand(rest, {**stage.args, **stage.env})):
+            values = {"PATH": DEFAULT_PATH, **stage.args, **stage.env}
+            for item in shlex.split(expand(rest, values)):
                 key, _, value = item.partition("=")
                 stage.env[key] = value
         elif word == "WORKDIR":
