@@ -247,7 +247,8 @@ def test_build_from_debian_base_images_for_both_arches(
 
 
 def test_script_setup_runtime_installs_what_the_base_image_lacks() -> None:
-    """The Debian base images have no Python: script/setup --runtime must bring it."""
+    """A bare Debian has no Python: script/setup --runtime must bring it (the image splits
+    the same packages between its stages: test_addon_repository.py)."""
     setup = (REPO / "script" / "setup").read_text()
     match = re.search(r"^apt_runtime=\(([^)]*)\)", setup, re.M)
     assert match
