@@ -24,6 +24,7 @@ from wyoming_pivoice.doctor_models import (
     memory_need,
 )
 from wyoming_pivoice.doctor_system import (
+    LlamaBuild,
     check_desktop,
     check_governor,
     check_memory,
@@ -399,8 +400,12 @@ def test_all_checks_on_a_tuned_pi(fake: FakeRoot, tmp_path: Path) -> None:
         default_input=0,
         default_output=0,
     )
+    fake.write("proc/cpuinfo", (Path(__file__).parent / "fixtures" / "cpuinfo-pi5").read_text())
+    pi5_build = "CPU : NEON = 1 | ARM_FMA = 1 | FP16_VA = 1 | DOTPROD = 1 | OPENMP = 1 | "
     machine = fake.machine(fake_vcgencmd(tmp_path, "throttled=0x0"))
-    findings = run_checks(machine, ModelChoice(), lambda: report)
+    findings = run_checks(
+        machine, ModelChoice(), lambda: report, llama_probe=lambda: LlamaBuild("0.3.36", pi5_build)
+    )
     assert [f.check for f in findings] == list(CHECKS)
     assert {f.check: f.status for f in findings} == dict.fromkeys(CHECKS, Status.OK)
     assert exit_code(findings) == 0

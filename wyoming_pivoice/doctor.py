@@ -24,18 +24,22 @@ from .doctor_audio import (
 from .doctor_base import Finding, Machine, Status
 from .doctor_models import ModelChoice, check_models, memory_need
 from .doctor_system import (
+    LlamaBuild,
     check_desktop,
     check_governor,
+    check_llama_cpu,
     check_memory,
     check_swap,
     check_temperature,
     check_throttling,
     check_zswap,
+    probe_llama,
 )
 from .models import EMBEDDED
 
 CHECKS = (
     "cpu-governor",
+    "llm-cpu",
     "memory",
     "swap",
     "zswap",
@@ -55,7 +59,8 @@ CHECKS = (
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "doctor",
-        help="check this machine for local voice (governor, memory, swap, heat, audio, models)",
+        help="check this machine for local voice (governor, llama.cpp build, memory, swap, heat, "
+        "audio, models)",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
@@ -80,6 +85,7 @@ def run_checks(
     audio_probe: AudioProbe | None = probe_pyaudio,
     echo: EchoChoice | None = None,
     echo_probe: Callable[[], str | None] = probe_echo_canceller,
+    llama_probe: Callable[[], LlamaBuild | str] = probe_llama,
 ) -> list[Finding]:
     """All findings, in CHECKS order; audio_probe None skips PortAudio."""
     model_findings = check_models(choice)
@@ -94,6 +100,7 @@ def run_checks(
         audio = check_audio(audio_probe())
     findings = [
         check_governor(machine),
+        check_llama_cpu(machine, llama_probe()),
         check_memory(machine, need, detail),
         check_swap(machine),
         check_zswap(machine),

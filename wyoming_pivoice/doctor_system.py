@@ -2,13 +2,14 @@
 
 These are the knobs the source write-ups tuned by hand: the CPU governor, swap and
 zswap, a desktop session eating memory, heat and throttling, and free memory for
-the models.
+the models; and whether the loaded llama.cpp was built for this CPU's features.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 from .doctor_base import MIB, Finding, Machine, Status, mib, read_text
 
@@ -370,5 +371,112 @@ def check_throttling(machine: Machine) -> Finding:
         Status.WARN,
         f"0x{flags:x}: {', '.join(names)}",
         fix="; ".join(fixes),
+        data=data,
+    )
+
+
+# --- the CPU features llama.cpp was built with ------------------------------------------------
+
+# /proc/cpuinfo flag → the name llama.cpp's CPU backend reports for the kernels that use it.
+# Only features with llama.cpp kernels of their own: missing one means a slower generic path.
+ARM_FEATURES = {
+    "asimddp": "DOTPROD",  # the Pi 5's Cortex-A76 has it; quantised dot products
+    "asimdhp": "FP16_VA",  # half-precision vector arithmetic
+    "i8mm": "MATMUL_INT8",
+    "sve": "SVE",
+    "sme": "SME",
+}
+X86_FEATURES = {
+    "avx": "AVX",
+    "avx2": "AVX2",
+    "fma": "FMA",
+    "f16c": "F16C",
+    "avx_vnni": "AVX_VNNI",
+    "avx512f": "AVX512",
+    "avx512vbmi": "AVX512_VBMI",
+    "avx512_vnni": "AVX512_VNNI",
+    "avx512_bf16": "AVX512_BF16",
+    "amx_int8": "AMX_INT8",
+}
+ARM_REBUILD_FIX = (
+    "rebuild llama.cpp for this CPU: rm -rf ~/.cache/wyoming-pivoice/llama-* && script/setup "
+    "(or, for a wheel other Pi 5s can use, PIVOICE_ARM_ARCH=armv8.2-a+dotprod+fp16 script/setup)"
+)
+X86_REBUILD_FIX = (
+    "rebuild llama.cpp for this CPU: CMAKE_ARGS=-DGGML_NATIVE=ON .venv/bin/pip install "
+    "--force-reinstall --no-deps --no-cache-dir llama-cpp-python=={version}"
+)
+
+
+@dataclass(frozen=True)
+class LlamaBuild:
+    """What the llama.cpp library this process loads says about itself."""
+
+    version: str
+    system_info: str  # llama_print_system_info(): "CPU : NEON = 1 | DOTPROD = 1 | …"
+
+    @property
+    def features(self) -> set[str]:
+        return set(re.findall(r"(\w+) = 1\b", self.system_info))
+
+
+def probe_llama() -> LlamaBuild | str:
+    """Loads llama.cpp the way the server does; the error text where it cannot."""
+    try:
+        import llama_cpp
+    except Exception as err:  # a missing or broken shared library raises OSError and others
+        return f"{type(err).__name__}: {err}"
+    return LlamaBuild(llama_cpp.__version__, llama_cpp.llama_print_system_info().decode())
+
+
+def cpu_flags(machine: Machine) -> tuple[str, set[str]] | None:
+    """('arm' or 'x86', the CPU's feature flags) from /proc/cpuinfo's first processor."""
+    text = machine.read("proc/cpuinfo")
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "Features":
+            return "arm", set(value.split())
+        if key.strip() == "flags":
+            return "x86", set(value.split())
+    return None
+
+
+def check_llama_cpu(machine: Machine, build: LlamaBuild | str) -> Finding:
+    if isinstance(build, str):
+        return Finding(
+            "llm-cpu",
+            Status.FAIL,
+            f"llama.cpp does not load ({build}): the conversation engine cannot run",
+            fix="script/setup (it builds llama-cpp-python for this machine)",
+        )
+    used = sorted(build.features)
+    data: dict[str, object] = {
+        "llama_cpp_python": build.version,
+        "system_info": build.system_info.strip(),
+        "used": used,
+    }
+    flags = cpu_flags(machine)
+    if flags is None:
+        return Finding(
+            "llm-cpu",
+            Status.INFO,
+            f"llama.cpp {build.version} uses {', '.join(used) or 'no SIMD'}; "
+            "cannot read the CPU's own features (/proc/cpuinfo)",
+            data=data,
+        )
+    family, have = flags
+    table = ARM_FEATURES if family == "arm" else X86_FEATURES
+    unused = sorted({name for flag, name in table.items() if flag in have} - build.features)
+    data["unused"] = unused
+    summary = f"llama.cpp {build.version} uses {', '.join(used) or 'no SIMD'}"
+    if not unused:
+        return Finding("llm-cpu", Status.OK, summary + ": all this CPU offers", data=data)
+    fix = ARM_REBUILD_FIX if family == "arm" else X86_REBUILD_FIX.format(version=build.version)
+    return Finding(
+        "llm-cpu",
+        Status.WARN,
+        f"{summary}; this CPU also has {', '.join(unused)}, which this build leaves out: "
+        "the language model runs slower kernels",
+        fix=fix,
         data=data,
     )
