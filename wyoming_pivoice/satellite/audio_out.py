@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from .audio_in import find_device
+from .commands import end_command, start_command
 
 if TYPE_CHECKING:
     from .settings import SndSettings
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
 _LOGGER = logging.getLogger(__name__)
 
 Format = tuple[int, int, int]  # rate, width, channels
+
+STOP_WAIT = 1.0  # a stopped reply's task gets this long to wind down; it is dropped after
+# A speaker must take and play a reply within the reply's own length plus this margin
+# (device start-up, its buffer); one that does not is killed and the next reply reopens it.
+SPEAKER_MARGIN = 2.0
 
 
 class AudioSink(Protocol):
@@ -109,8 +115,8 @@ class QueuedSink:
         if task is None:
             return
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        # wait() rather than await: bounded, even for a backend that does not return.
+        await asyncio.wait({task}, timeout=STOP_WAIT)
 
     async def close(self) -> None:
         await self.stop()
@@ -279,35 +285,45 @@ class CommandSink(QueuedSink):
     async def _open(self, rate: int, width: int, channels: int) -> None:
         await super()._open(rate, width, channels)
         command = self.format_command(rate, width, channels)
-        self._proc = await asyncio.create_subprocess_shell(
+        # Its own process group: a stop silences everything it started (sh -c 'aplay …').
+        self._proc = await start_command(
             command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL
         )
+        self._played_by = time.monotonic()  # when what was written so far has played
         _LOGGER.debug("Speaker command started (pid %s): %s", self._proc.pid, command)
+
+    def _time_left(self) -> float:
+        return self._played_by + SPEAKER_MARGIN - time.monotonic()
 
     async def _write(self, pcm: bytes) -> None:
         assert self._proc is not None and self._proc.stdin is not None
         self._written_at = time.monotonic()
+        self._played_by = max(self._played_by, self._written_at) + len(pcm) / self._bytes_per_second
         self._proc.stdin.write(pcm)
-        await self._proc.stdin.drain()
+        try:
+            await asyncio.wait_for(self._proc.stdin.drain(), max(self._time_left(), 0.01))
+        except asyncio.TimeoutError:
+            raise OSError("the speaker command stopped taking audio") from None
 
     async def _finish(self) -> None:
-        proc, self._proc = self._proc, None
+        proc = self._proc
         if proc is None:
             return
         if proc.stdin is not None:
             proc.stdin.close()
-            with contextlib.suppress(ConnectionError):
-                await proc.stdin.wait_closed()
-        code = await proc.wait()
+        try:
+            code = await asyncio.wait_for(proc.wait(), max(self._time_left(), 0.01))
+        except asyncio.TimeoutError:
+            raise OSError("the speaker command did not finish the reply in time") from None
+        self._proc = None
+        await end_command(proc)  # anything its group left running
         if code != 0:
             _LOGGER.warning("Speaker command exited with %s: %s", code, shlex.quote(self.command))
 
     async def _abort(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+        if proc is not None:
+            await end_command(proc, grace=0)  # SIGKILL at once: a barge-in must be silent now
 
 
 class PyAudioSink(QueuedSink):

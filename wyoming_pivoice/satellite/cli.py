@@ -223,6 +223,27 @@ def settings_from_args(args: argparse.Namespace) -> SatelliteSettings:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Until the event loop takes the signals over (and after it lets go), SIGTERM and
+    # SIGINT end the process quietly: no KeyboardInterrupt traceback while models load.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_quietly)
+    try:
+        return _run(args)
+    except SystemExit as stop:
+        if stop.code == _SIGNALLED:
+            _LOGGER.info("Stopped by a signal")
+            return 0
+        raise
+
+
+_SIGNALLED = "signalled"
+
+
+def _exit_quietly(signum: int, frame: object) -> None:
+    raise SystemExit(_SIGNALLED)
+
+
+def _run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if settings.uri:
         from .ha import run_ha_satellite  # the Home Assistant side, loaded only when used
@@ -249,10 +270,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _until_signal(main: Coroutine[Any, Any, object]) -> None:
-    """Run `main`; SIGTERM/SIGINT cancel it, so the mic command and sinks are closed cleanly."""
+    """Run `main`; SIGTERM/SIGINT cancel it, so the mic command and sinks are closed cleanly.
+
+    Only the first signal cancels: a second one must not cut that clean-up short (and
+    leave a mic or speaker command running).
+    """
     task = asyncio.ensure_future(main)
     loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        if not stopping.is_set():
+            stopping.set()
+            _LOGGER.info("Stopping")
+            task.cancel()
+
+    stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, stop)
     await task
