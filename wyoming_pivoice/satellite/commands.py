@@ -34,6 +34,7 @@ async def end_command(proc: asyncio.subprocess.Process, grace: float = 0.3) -> i
     that must fall silent now), then SIGKILL. A command that already exited may have left
     children in its group: they are killed too. Bounded: at most `grace` + KILL_WAIT.
     """
+    _drop_pipes(proc)  # asyncio's wait() also waits for our end of its pipes to close
     if proc.returncode is None and grace > 0:
         signal_group(proc, signal.SIGTERM)
         with contextlib.suppress(asyncio.TimeoutError):
@@ -42,7 +43,24 @@ async def end_command(proc: asyncio.subprocess.Process, grace: float = 0.3) -> i
     if proc.returncode is None:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(proc.wait(), KILL_WAIT)
+    # Close the transport now: left to the garbage collector after the event loop has
+    # closed, it prints "Event loop is closed" tracebacks.
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
     return proc.returncode
+
+
+def _drop_pipes(proc: asyncio.subprocess.Process) -> None:
+    """Close our ends of its pipes without waiting: unsent input is dropped, and a paused
+    reader no longer has to see EOF before wait() returns."""
+    transport = getattr(proc, "_transport", None)
+    if transport is None:
+        return
+    for fd in (0, 1, 2):
+        pipe = transport.get_pipe_transport(fd)
+        if pipe is not None:
+            getattr(pipe, "abort", pipe.close)()
 
 
 async def wait_command(proc: asyncio.subprocess.Process, seconds: float) -> int | None:

@@ -152,7 +152,12 @@ class HaConnection(AsyncEventHandler):
         return await self.satellite.handle_event(self, event)
 
     async def reply(self, event: Event) -> None:
-        """Answer at once (describe, ping), bounded: a peer that takes nothing is dropped."""
+        """Answer (describe, ping), bounded: a peer that takes nothing is dropped. Behind
+        what is queued for it, if anything: a pong must not overtake earlier events."""
+        if self._sender is not None:
+            if not self.send(event):
+                raise ConnectionError(f"{self.peer} takes no events")
+            return
         try:
             await asyncio.wait_for(self.write_event(event), WRITE_TIMEOUT)
         except asyncio.TimeoutError:
@@ -247,6 +252,13 @@ class Speaker:
         self._ready.set()
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:  # stopped: the step running goes too
+            if self._current is not None:
+                self._current.cancel()
+
+    async def _run(self) -> None:
         while True:
             if not self._steps:
                 self._ready.clear()
@@ -369,6 +381,7 @@ class HaSatellite:
             if self._tasks:
                 await asyncio.wait(self._tasks, timeout=SHUTDOWN_STEP)
             await self._shutdown()
+            _LOGGER.info("Stopped")
         return self.exit_code
 
     async def _shutdown(self) -> None:
@@ -641,6 +654,8 @@ class HaSatellite:
 
     def _apply(self, actions: list[state.Action]) -> None:
         """Hand the actions on, in order; none of them waits."""
+        if self._done.is_set():
+            return  # shutting down: the mic, speaker and connections are being closed
         for action in actions:
             try:
                 self._do(action)
@@ -810,7 +825,7 @@ async def serve_ha_satellite(settings: SatelliteSettings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, satellite.stop)
+            loop.add_signal_handler(sig, partial(_on_signal, satellite, sig))
     advertiser: Advertiser | None = None
     try:
         await endpointer.load()  # after listening: describe is answered meanwhile
@@ -832,6 +847,11 @@ async def serve_ha_satellite(settings: SatelliteSettings) -> int:
             with contextlib.suppress(Exception):
                 # Its goodbye packets are a courtesy: a stop does not wait long for them.
                 await asyncio.wait_for(advertiser.stop(), SHUTDOWN_STEP)
+
+
+def _on_signal(satellite: HaSatellite, sig: signal.Signals) -> None:
+    _LOGGER.info("Stopping on %s", sig.name)
+    satellite.stop()
 
 
 def run_ha_satellite(settings: SatelliteSettings) -> int:
