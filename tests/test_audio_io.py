@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
+import time
 import wave
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 from wyoming_pivoice.satellite.audio_in import (
     CHUNK_BYTES,
@@ -236,3 +239,44 @@ def test_pyaudio_source_and_sink_through_alsa_file_devices(tmp_path: Path) -> No
     assert result.stdout.strip().endswith("True")
     # 15 chunks of 512 samples went in from the capture device and out to the playback one
     assert outfile.read_bytes() == pcm[: 15 * CHUNK_BYTES]
+
+
+async def test_command_source_realigns_after_a_command_dies_mid_sample(tmp_path: Path) -> None:
+    """A command that dies after an odd byte count must not shift later audio by a byte."""
+    pcm = tone(0.3)
+    raw = tmp_path / "in.raw"
+    raw.write_bytes(pcm)
+    marker = tmp_path / "died-once"
+    for first_life in (1001, 2049):  # less than a chunk, and two chunks and a byte
+        marker.unlink(missing_ok=True)
+        command = (
+            f"if [ -e {marker} ]; then cat {raw}; "
+            f"else touch {marker}; head -c {first_life} {raw}; exit 3; fi"
+        )
+        source = CommandSource(command, max_lead=None)
+        joined = b"".join(await read_all(source))
+        assert source.restarts == 1
+        second = joined.find(pcm)
+        assert second > 0 and second % 2 == 0, (first_life, second)
+        samples = np.frombuffer(joined[: len(joined) // 2 * 2], dtype="<i2")
+        assert np.abs(samples).max() <= 8000  # byte-swapped samples would be far louder
+
+
+async def test_command_source_close_ends_the_whole_process_group(tmp_path: Path) -> None:
+    """`sh -c` does not pass SIGTERM on: close must end the shell's children too."""
+    pidfile = tmp_path / "child.pid"
+    source = CommandSource(f"sleep 60 & echo $! > {pidfile}; cat /dev/zero", max_lead=None)
+    await source.open()
+    assert await source.read() is not None
+    child = int(pidfile.read_text())
+    started = time.monotonic()
+    await source.close()
+    assert time.monotonic() - started < 1.0
+    deadline = time.monotonic() + 2.0  # SIGKILL is delivered, not yet necessarily acted on
+    while True:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+                assert time.monotonic() < deadline, "the shell's child outlived close()"
+                await asyncio.sleep(0.02)
+                continue
+        break

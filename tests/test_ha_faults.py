@@ -73,14 +73,21 @@ class Sat:
         return psutil.Process(self.proc.pid).children(recursive=True)
 
 
-def mic_command(folder: Path, voice: Voice) -> str:
+def mic_command(folder: Path, voice: Voice, die_after: int = 0) -> str:
+    """Silence, and the command each time `go` appears. With `die_after`, its first life
+    writes that many bytes and dies (exit 3); the satellite restarts it."""
     (folder / "speech.raw").write_bytes(voice.command)
     (folder / "gap.raw").write_bytes(SILENT_GAP)
-    go = folder / "go"
-    return (
+    go, died = folder / "go", folder / "died"
+    loop = (
         f"while :; do if [ -e {go} ]; then rm -f {go}; cat {folder}/speech.raw; "
         f"else cat {folder}/gap.raw; fi; done"
     )
+    if not die_after:
+        return loop
+    noise = folder / "noise.raw"
+    noise.write_bytes(os.urandom(die_after))
+    return f"if [ ! -e {died} ]; then touch {died}; cat {noise}; exit 3; fi; {loop}"
 
 
 def speaker_command(folder: Path, hang_first: int = 0) -> str:
@@ -90,7 +97,9 @@ def speaker_command(folder: Path, hang_first: int = 0) -> str:
 
 
 @contextlib.contextmanager
-def ha_satellite(tmp_path: Path, voice: Voice, *extra: str, hang_first: int = 0) -> Iterator[Sat]:
+def ha_satellite(
+    tmp_path: Path, voice: Voice, *extra: str, hang_first: int = 0, mic_dies_after: int = 0
+) -> Iterator[Sat]:
     port = free_port()
     log = tmp_path / "satellite.log"
     out = open(log, "w")  # noqa: SIM115
@@ -99,7 +108,7 @@ def ha_satellite(tmp_path: Path, voice: Voice, *extra: str, hang_first: int = 0)
             sys.executable, "-m", "wyoming_pivoice", "--log-level", "DEBUG",
             "--log-clock", "monotonic", "satellite",
             "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf",
-            "--mic-command", mic_command(tmp_path, voice),
+            "--mic-command", mic_command(tmp_path, voice, mic_dies_after),
             "--snd-command", speaker_command(tmp_path, hang_first),
             *extra,
         ],
@@ -200,6 +209,23 @@ async def test_a_speaker_that_hangs_is_killed_and_the_next_reply_plays(
         finally:
             await ha.__aexit__()
     assert "did not finish the reply in time" in sat.text()
+
+
+# ---- a mic command that dies mid-sample -------------------------------------------------
+
+
+async def test_a_mic_command_dying_at_an_odd_byte_count_keeps_samples_aligned(
+    tmp_path: Path, voice: Voice
+) -> None:
+    with ha_satellite(tmp_path, voice, mic_dies_after=1001) as sat:
+        ha = await connect(sat)
+        try:
+            await wait_for_line(sat, "Microphone command exited with 3")
+            # Shifted by a byte, speech is noise to the VAD: no run would ever start.
+            await normal_pipeline(sat, voice, ha)
+        finally:
+            await ha.__aexit__()
+        assert "Microphone command ended mid-sample" in sat.text()
 
 
 # ---- abuse: huge frames, many connections, a peer that holds the satellite ---------------

@@ -109,12 +109,9 @@ class _Chunker:
         return chunk
 
     def realign(self) -> None:
-        """The stream just ended half-way through a sample: drop the lone byte if it is still
-        here, or complete the sample it went out in, so later audio stays on 2-byte samples."""
-        if self._buffer:
-            del self._buffer[-1]
-        else:
-            self._buffer += b"\0"
+        """The stream just ended half-way through a sample: drop the lone byte (whole chunks
+        are even, so it is always still here), so later audio stays on 2-byte samples."""
+        del self._buffer[-1:]
 
     def rest(self) -> bytes | None:
         """The last partial chunk, padded with silence (or None if nothing is left)."""
