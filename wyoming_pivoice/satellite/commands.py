@@ -59,7 +59,7 @@ def _drop_pipes(proc: asyncio.subprocess.Process) -> None:
         return
     for fd in (0, 1, 2):
         pipe = transport.get_pipe_transport(fd)
-        if pipe is not None:
+        if pipe is not None and not pipe.is_closing():
             getattr(pipe, "abort", pipe.close)()
 
 
