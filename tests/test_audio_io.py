@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -280,3 +281,76 @@ async def test_command_source_close_ends_the_whole_process_group(tmp_path: Path)
                 await asyncio.sleep(0.02)
                 continue
         break
+
+
+VANISHING_ASOUNDRC = """
+pcm.pivoicemic {{
+    type file
+    slave.pcm null
+    file "|exec sh -c 'echo $$ > {pidfile}; test -e {present} && exec cat > /dev/null'"
+    infile "{infile}"
+    format "raw"
+}}
+"""
+
+PYAUDIO_UNTIL_BACK = """
+import asyncio, sys
+from wyoming_pivoice.satellite.audio_in import PyAudioSource
+first = open(sys.argv[1], "rb").read()[:1024]
+async def main():
+    source = PyAudioSource("pivoicemic")
+    await source.open()
+    restarts, steady, heard = 0, 0, False
+    while True:
+        chunk = await source.read()
+        if source.restarts != restarts:
+            restarts, steady, heard = source.restarts, 0, False
+        steady += 1
+        heard = heard or chunk == first
+        if steady == 100 and restarts == 0:
+            print("up", flush=True)
+        if steady == 500 and restarts and heard:
+            print("back", restarts, flush=True)
+            break
+    await source.close()
+asyncio.run(main())
+"""
+
+
+def test_pyaudio_source_reopens_a_device_that_vanishes_and_comes_back(tmp_path: Path) -> None:
+    """An ALSA stand-in capture device (the `file` plugin over `null`) that fails the way a
+    pulled USB mic does: its data also goes to a pipe command, and while that command is
+    gone every read fails with an I/O error. PortAudio reports it, the source reopens with
+    backoff, and once the command stays up the device's audio (from its start) comes back."""
+    infile, pidfile, present = tmp_path / "in.raw", tmp_path / "sink.pid", tmp_path / "present"
+    infile.write_bytes(tone(2.0))
+    present.touch()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".asoundrc").write_text(
+        VANISHING_ASOUNDRC.format(pidfile=pidfile, present=present, infile=infile)
+    )
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", PYAUDIO_UNTIL_BACK, str(infile)],
+            env={**os.environ, "HOME": str(home)}, cwd=REPO, stdout=subprocess.PIPE,
+            stderr=err, text=True,
+        )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "up", log.read_text()[-2000:]
+        present.unlink()  # unplugged
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while log.read_text().count("Microphone device failed") < 2:
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+        present.touch()  # plugged in again
+        back = proc.stdout.readline().split()
+        assert back[:1] == ["back"] and int(back[1]) >= 2, log.read_text()[-2000:]
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -28,6 +28,7 @@ from wyoming.ping import Ping
 from wyoming.satellite import RunSatellite
 
 from .helpers import REPO, free_port, make_speech, read_wav, wait_for_port
+from .test_audio_io import VANISHING_ASOUNDRC
 from .test_ha_satellite import FakeHomeAssistant, assert_covers_speech
 
 SILENT_GAP = bytes(int(0.096 * 16000) * 2)  # 3 VAD frames
@@ -98,8 +99,16 @@ def speaker_command(folder: Path, hang_first: int = 0) -> str:
 
 @contextlib.contextmanager
 def ha_satellite(
-    tmp_path: Path, voice: Voice, *extra: str, hang_first: int = 0, mic_dies_after: int = 0
+    tmp_path: Path,
+    voice: Voice,
+    *extra: str,
+    hang_first: int = 0,
+    mic_dies_after: int = 0,
+    mic_device: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Sat]:
+    mic = ["--mic-device", mic_device] if mic_device else []
+    mic = mic or ["--mic-command", mic_command(tmp_path, voice, mic_dies_after)]
     port = free_port()
     log = tmp_path / "satellite.log"
     out = open(log, "w")  # noqa: SIM115
@@ -108,12 +117,10 @@ def ha_satellite(
             sys.executable, "-m", "wyoming_pivoice", "--log-level", "DEBUG",
             "--log-clock", "monotonic", "satellite",
             "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf",
-            "--mic-command", mic_command(tmp_path, voice, mic_dies_after),
-            "--snd-command", speaker_command(tmp_path, hang_first),
-            *extra,
+            *mic, "--snd-command", speaker_command(tmp_path, hang_first), *extra,
         ],
         stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**(env or os.environ), "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
     sat = Sat(proc, port, log, tmp_path)
     try:
@@ -226,6 +233,40 @@ async def test_a_mic_command_dying_at_an_odd_byte_count_keeps_samples_aligned(
         finally:
             await ha.__aexit__()
         assert "Microphone command ended mid-sample" in sat.text()
+
+
+async def test_a_mic_device_that_vanishes_and_comes_back(tmp_path: Path, voice: Voice) -> None:
+    """PortAudio through an ALSA stand-in device that fails like a pulled USB mic (see
+    test_audio_io); the satellite reopens it and the device's speech runs a pipeline."""
+    infile, pidfile, present = tmp_path / "in.raw", tmp_path / "sink.pid", tmp_path / "present"
+    infile.write_bytes(bytes(32000) + voice.command + bytes(64000))
+    present.touch()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".asoundrc").write_text(
+        VANISHING_ASOUNDRC.format(pidfile=pidfile, present=present, infile=infile)
+    )
+    env = {**os.environ, "HOME": str(home)}
+    with ha_satellite(tmp_path, voice, mic_device="pivoicemic", env=env) as sat:
+        ha = await connect(sat)
+        try:
+            stream = await ha.receive_stream()  # the device's speech, first time round
+            assert_covers_speech(stream.pcm, infile.read_bytes())
+            await ha.pipeline_events("turn on the kitchen lights please")
+            await ha.send_reply(voice.reply, 22050)
+            await ha.read_until("played")
+            present.unlink()  # unplugged …
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            await wait_for_line(sat, "Microphone device failed", count=2)
+            present.touch()  # … and back: its audio starts again from the beginning
+            stream = await ha.receive_stream()
+            assert_covers_speech(stream.pcm, infile.read_bytes())
+            await ha.pipeline_events("turn on the kitchen lights please")
+            await ha.send_reply(voice.reply, 22050)
+            await ha.read_until("played")
+        finally:
+            await ha.__aexit__()
+        assert sat.outputs()[-1].read_bytes() == voice.reply
 
 
 # ---- abuse: huge frames, many connections, a peer that holds the satellite ---------------
@@ -354,8 +395,8 @@ async def test_sigterm_stops_it_in_every_state(tmp_path: Path, voice: Voice, sta
         assert_all_gone(children)
 
 
-async def wait_for_line(sat: Sat, needle: str, timeout: float = 20.0) -> None:
+async def wait_for_line(sat: Sat, needle: str, timeout: float = 20.0, count: int = 1) -> None:
     deadline = time.monotonic() + timeout
-    while needle not in sat.text():
+    while sat.text().count(needle) < count:
         assert time.monotonic() < deadline, f"no {needle!r} in the log"
         await asyncio.sleep(0.05)
