@@ -357,7 +357,7 @@ async def test_a_peer_that_does_not_ping_loses_the_satellite_to_home_assistant(
 # ---- stopping: SIGTERM in each state, within 1 s, nothing left behind --------------------
 
 
-STATES = ["idle", "listening", "streaming", "waiting", "responding", "stuck-speaker"]
+STATES = ["idle", "listening", "streaming", "waiting", "responding", "stuck-speaker", "sigint"]
 
 
 @pytest.mark.parametrize("state", STATES)
@@ -377,11 +377,11 @@ async def test_sigterm_stops_it_in_every_state(tmp_path: Path, voice: Voice, sta
             await ha.pipeline_events("turn on the kitchen lights please")  # type: ignore[union-attr]
             await ha.send_reply(voice.reply * 4, 22050)  # type: ignore[union-attr]
             await wait_for_line(sat, "Speaker command started")
-        elif state == "listening":
+        elif state in ("listening", "sigint"):
             await wait_for_line(sat, "Microphone command started")
         children = sat.descendants()
         started = time.monotonic()
-        sat.proc.send_signal(signal.SIGTERM)
+        sat.proc.send_signal(signal.SIGINT if state == "sigint" else signal.SIGTERM)
         code = await asyncio.to_thread(sat.proc.wait, 10)
         took = time.monotonic() - started
         print(f"SIGTERM while {state}: stopped in {took * 1000:.0f} ms")
