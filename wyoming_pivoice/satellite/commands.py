@@ -32,8 +32,20 @@ async def end_command(proc: asyncio.subprocess.Process, grace: float = 0.3) -> i
 
     A running command gets SIGTERM and `grace` seconds (0: SIGKILL at once, for a speaker
     that must fall silent now), then SIGKILL. A command that already exited may have left
-    children in its group: they are killed too. Bounded: at most `grace` + KILL_WAIT.
+    children in its group: they are killed too. Bounded: at most `grace` + KILL_WAIT, and
+    finished even if the caller is cancelled meanwhile (a shutdown cancels its tasks more
+    than once; a half-ended command outlives the event loop).
     """
+    ending = asyncio.ensure_future(_end(proc, grace))
+    try:
+        return await asyncio.shield(ending)
+    except asyncio.CancelledError:
+        signal_group(proc, signal.SIGKILL)  # no more grace
+        await asyncio.wait({ending}, timeout=KILL_WAIT)
+        raise
+
+
+async def _end(proc: asyncio.subprocess.Process, grace: float) -> int | None:
     _drop_pipes(proc)  # asyncio's wait() also waits for our end of its pipes to close
     if proc.returncode is None and grace > 0:
         signal_group(proc, signal.SIGTERM)

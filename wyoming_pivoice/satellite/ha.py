@@ -410,6 +410,9 @@ class HaSatellite:
         self.exit_code = code
         self._done.set()
 
+    async def stopped(self) -> None:
+        await self._done.wait()
+
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
@@ -828,8 +831,16 @@ async def serve_ha_satellite(settings: SatelliteSettings) -> int:
             loop.add_signal_handler(sig, partial(_on_signal, satellite, sig))
     advertiser: Advertiser | None = None
     try:
-        await endpointer.load()  # after listening: describe is answered meanwhile
-        if settings.zeroconf.enabled and isinstance(server, AsyncTcpServer):
+        # After listening: describe is answered meanwhile. A stop does not wait for it.
+        loading = asyncio.ensure_future(endpointer.load())
+        stopping = asyncio.ensure_future(satellite.stopped())
+        await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if loading.done():
+            loading.result()  # raises what the load raised
+        else:
+            loading.cancel()
+        if loading.done() and settings.zeroconf.enabled and isinstance(server, AsyncTcpServer):
             port = urlparse(settings.uri).port or 10700
             advertiser = Advertiser(
                 settings.zeroconf.name or default_name("satellite"),
