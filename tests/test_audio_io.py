@@ -354,3 +354,70 @@ def test_pyaudio_source_reopens_a_device_that_vanishes_and_comes_back(tmp_path: 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+STUCK_SPEAKER_ASOUNDRC = """
+pcm.pivoicespk {{
+    type file
+    slave.pcm null
+    file "|exec sh -c 'echo $$ > {pidfile}; test -e {stuck} && exec sleep 1000; exec cat > {out}'"
+    format "raw"
+}}
+"""
+
+PYAUDIO_TWO_REPLIES = """
+import asyncio, logging, sys, time
+from wyoming_pivoice.satellite.audio_out import PyAudioSink
+logging.basicConfig()
+async def main():
+    pcm = open(sys.argv[1], "rb").read()
+    sink = PyAudioSink("pivoicespk")
+    for _ in range(2):
+        started = time.monotonic()
+        await sink.play(pcm, 22050, 2, 1)
+        await sink.drain()
+        print(round(time.monotonic() - started, 2), flush=True)
+        sys.stdin.readline()  # the test's go-ahead
+    await sink.close()
+asyncio.run(main())
+"""
+
+
+def test_pyaudio_sink_gives_up_on_a_stuck_device_and_reopens_it(tmp_path: Path) -> None:
+    """A playback device that stops taking audio (an ALSA stand-in whose data goes to a pipe
+    command that reads nothing) costs that reply, after its length plus 2 s; the next
+    reply opens the device again and plays whole."""
+    pcm = tone(3.0, 22050)  # more than a pipe holds
+    reply, out, pidfile, stuck = (tmp_path / n for n in ("reply.raw", "out.raw", "pid", "stuck"))
+    reply.write_bytes(pcm)
+    stuck.touch()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".asoundrc").write_text(
+        STUCK_SPEAKER_ASOUNDRC.format(pidfile=pidfile, stuck=stuck, out=out)
+    )
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", PYAUDIO_TWO_REPLIES, str(reply)],
+            env={**os.environ, "HOME": str(home)}, cwd=REPO, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=err, text=True,
+        )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        first = float(proc.stdout.readline())
+        assert 3.0 <= first < 3.0 + 2.0 + 1.0, first  # its length + the margin, not forever
+        stuck.unlink()
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)  # frees the abandoned thread
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        second = float(proc.stdout.readline())
+        proc.stdin.write("\n")
+        proc.stdin.close()
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "the speaker device stopped taking audio" in log.read_text()
+    assert second < 3.0
+    assert out.read_bytes() == pcm

@@ -14,6 +14,7 @@ import logging
 import shlex
 import time
 import wave
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -361,7 +362,22 @@ class PyAudioSink(QueuedSink):
         await super()._open(rate, width, channels)
         self._aborted = False
         self._frame_bytes = width * channels
-        await self._call(self._open_stream, rate, width, channels)
+        self._played_by = time.monotonic()  # when what was written so far has played
+        await self._device(self._open_stream, rate, width, channels)
+
+    async def _device(self, fn: Callable[..., object], *args: object) -> None:
+        """A call into PortAudio, bounded by the reply's own length plus the margin."""
+        left = max(self._played_by + SPEAKER_MARGIN - time.monotonic(), 0.01)
+        try:
+            await asyncio.wait_for(self._call(fn, *args), left)
+        except asyncio.TimeoutError:
+            # The device thread is stuck in PortAudio: leave it behind; the next reply
+            # opens the device on a new thread and a new PortAudio instance.
+            self._aborted = True
+            self._executor.shutdown(wait=False)
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="pivoice speaker")
+            self._stream = self._pa = None
+            raise OSError("the speaker device stopped taking audio") from None
 
     def _write_blocking(self, pcm: bytes) -> None:
         step = self.PIECE_FRAMES * self._frame_bytes
@@ -372,7 +388,8 @@ class PyAudioSink(QueuedSink):
 
     async def _write(self, pcm: bytes) -> None:
         self._written_at = time.monotonic()
-        await self._call(self._write_blocking, pcm)
+        self._played_by = max(self._played_by, self._written_at) + len(pcm) / self._bytes_per_second
+        await self._device(self._write_blocking, pcm)
 
     def _close_stream(self, play_out: bool) -> None:
         stream, self._stream = self._stream, None
@@ -385,7 +402,7 @@ class PyAudioSink(QueuedSink):
             stream.close()  # type: ignore[attr-defined]
 
     async def _finish(self) -> None:
-        await self._call(self._close_stream, True)
+        await self._device(self._close_stream, True)  # plays out what the device holds
 
     async def _abort(self) -> None:
         self._aborted = True
