@@ -290,6 +290,7 @@ class CommandSink(QueuedSink):
         self._proc = await start_command(
             command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL
         )
+        self._bytes_per_second = rate * width * channels  # for the bound, whatever paces us
         self._played_by = time.monotonic()  # when what was written so far has played
         _LOGGER.debug("Speaker command started (pid %s): %s", self._proc.pid, command)
 
@@ -362,6 +363,7 @@ class PyAudioSink(QueuedSink):
         await super()._open(rate, width, channels)
         self._aborted = False
         self._frame_bytes = width * channels
+        self._bytes_per_second = rate * width * channels  # for the bound, whatever paces us
         self._played_by = time.monotonic()  # when what was written so far has played
         await self._device(self._open_stream, rate, width, channels)
 
