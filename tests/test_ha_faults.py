@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import wave
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,14 @@ from wyoming.audio import AudioChunk, AudioStart
 from wyoming.info import Describe
 from wyoming.ping import Ping
 from wyoming.satellite import RunSatellite
+from wyoming.server import AsyncServer
+
+from wyoming_pivoice.satellite import ha as ha_module
+from wyoming_pivoice.satellite.audio_in import WavSource
+from wyoming_pivoice.satellite.audio_out import NullSink
+from wyoming_pivoice.satellite.endpoint import Endpointer
+from wyoming_pivoice.satellite.ha import HaSatellite
+from wyoming_pivoice.satellite.settings import SatelliteSettings, VadSettings
 
 from .helpers import REPO, free_port, make_speech, read_wav, wait_for_port
 from .test_audio_io import VANISHING_ASOUNDRC
@@ -400,3 +409,45 @@ async def wait_for_line(sat: Sat, needle: str, timeout: float = 20.0, count: int
     while sat.text().count(needle) < count:
         assert time.monotonic() < deadline, f"no {needle!r} in the log"
         await asyncio.sleep(0.05)
+
+
+async def test_a_silent_connection_is_closed_at_its_idle_deadline(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, voice: Voice
+) -> None:
+    """In process, with the 30 s deadline shortened: a connection that says nothing gets
+    `idle` and is closed; HA's connection, which pings, is not."""
+    monkeypatch.setattr(ha_module, "IDLE_TIMEOUT", 0.5)
+    port = free_port()
+    uri = f"tcp://127.0.0.1:{port}"
+    sat = HaSatellite(
+        SatelliteSettings(uri=uri), WavSource(write_silence(tmp_path / "mic.wav")),
+        NullSink(), Endpointer(VadSettings()),
+    )  # fmt: skip
+    serving = asyncio.create_task(sat.serve(AsyncServer.from_uri(uri)))
+    try:
+        await asyncio.to_thread(wait_for_port, port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        ha = FakeHomeAssistant(port)
+        await ha.__aenter__()
+        for _ in range(3):  # HA's describe-and-ping keeps it alive past the deadline
+            await ha.send(Ping().event())
+            await ha.read_until("pong")
+            await asyncio.sleep(0.3)
+        error = await asyncio.wait_for(reader.read(4096), 5)
+        assert b'"error"' in error and b"idle" in error
+        assert await asyncio.wait_for(reader.read(4096), 5) == b""  # closed
+        await ha.describe()
+        await ha.__aexit__()
+        writer.close()
+    finally:
+        sat.stop()
+        await serving
+
+
+def write_silence(path: Path, seconds: float = 30.0) -> Path:
+    with wave.open(str(path), "wb") as wav:
+        wav.setframerate(16000)
+        wav.setsampwidth(2)
+        wav.setnchannels(1)
+        wav.writeframes(bytes(int(seconds * 16000) * 2))
+    return path
