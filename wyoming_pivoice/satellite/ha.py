@@ -139,6 +139,11 @@ class HaConnection(AsyncEventHandler):
             _LOGGER.info("Connection %s idle for %.0f s: closing it", self.peer, idle)
             await self.refuse("idle timeout", "idle")
             return False
+        except (ConnectionError, OSError, asyncio.IncompleteReadError):
+            raise
+        except Exception as err:  # JSON that is no event (a list, nested too deep …)
+            await self.refuse(f"malformed frame: {err!r}", "malformed")
+            return False
         if event is None:
             if self.bounded.violation:
                 _LOGGER.warning("Refusing %s: %s", self.peer, self.bounded.violation)
