@@ -236,8 +236,11 @@ class CommandSource:
         stalled = False
         if proc is not None and proc.stdout is not None:
             try:
-                data = await asyncio.wait_for(proc.stdout.read(CHUNK_BYTES * 4), self.stall_seconds)
-            except asyncio.TimeoutError:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                # that comes as data arrives, and a stopping satellite would read on.
+                async with asyncio.timeout(self.stall_seconds):
+                    data = await proc.stdout.read(CHUNK_BYTES * 4)
+            except TimeoutError:
                 stalled = True
         if data:
             self._chunker.add(data)

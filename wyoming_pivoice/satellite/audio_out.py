@@ -302,9 +302,10 @@ class CommandSink(QueuedSink):
         self._written_at = time.monotonic()
         self._played_by = max(self._played_by, self._written_at) + len(pcm) / self._bytes_per_second
         self._proc.stdin.write(pcm)
-        try:
-            await asyncio.wait_for(self._proc.stdin.drain(), max(self._time_left(), 0.01))
-        except asyncio.TimeoutError:
+        try:  # asyncio.timeout: wait_for (3.11) can swallow a barge-in's cancellation
+            async with asyncio.timeout(max(self._time_left(), 0.01)):
+                await self._proc.stdin.drain()
+        except TimeoutError:
             raise OSError("the speaker command stopped taking audio") from None
 
     async def _finish(self) -> None:
@@ -314,8 +315,9 @@ class CommandSink(QueuedSink):
         if proc.stdin is not None:
             proc.stdin.close()
         try:
-            code = await asyncio.wait_for(proc.wait(), max(self._time_left(), 0.01))
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(max(self._time_left(), 0.01)):
+                code = await proc.wait()
+        except TimeoutError:
             raise OSError("the speaker command did not finish the reply in time") from None
         self._proc = None
         await end_command(proc)  # anything its group left running
@@ -371,8 +373,9 @@ class PyAudioSink(QueuedSink):
         """A call into PortAudio, bounded by the reply's own length plus the margin."""
         left = max(self._played_by + SPEAKER_MARGIN - time.monotonic(), 0.01)
         try:
-            await asyncio.wait_for(self._call(fn, *args), left)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(left):
+                await self._call(fn, *args)
+        except TimeoutError:
             # The device thread is stuck in PortAudio: leave it behind; the next reply
             # opens the device on a new thread and a new PortAudio instance.
             self._aborted = True

@@ -134,8 +134,9 @@ class HaConnection(AsyncEventHandler):
         sat = self.satellite
         idle = ACTIVE_IDLE_TIMEOUT if sat.is_active(self) else IDLE_TIMEOUT
         try:
-            event = await asyncio.wait_for(async_read_event(self.bounded), idle)  # type: ignore[arg-type]
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(idle):
+                event = await async_read_event(self.bounded)  # type: ignore[arg-type]
+        except TimeoutError:
             _LOGGER.info("Connection %s idle for %.0f s: closing it", self.peer, idle)
             await self.refuse("idle timeout", "idle")
             return False
@@ -181,8 +182,9 @@ class HaConnection(AsyncEventHandler):
         while True:
             event = await self._outbox.get()
             try:
-                await asyncio.wait_for(self.write_event(event), WRITE_TIMEOUT)
-            except (ConnectionError, OSError, asyncio.TimeoutError, RuntimeError) as err:
+                async with asyncio.timeout(WRITE_TIMEOUT):
+                    await self.write_event(event)
+            except (ConnectionError, OSError, TimeoutError, RuntimeError) as err:
                 self.satellite.send_failed(self, event, err)
                 return
 
