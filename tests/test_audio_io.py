@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 import wave
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 from wyoming_pivoice.satellite.audio_in import (
     CHUNK_BYTES,
@@ -238,3 +242,193 @@ def test_pyaudio_source_and_sink_through_alsa_file_devices(tmp_path: Path) -> No
     assert result.stdout.strip().endswith("True")
     # 15 chunks of 512 samples went in from the capture device and out to the playback one
     assert outfile.read_bytes() == pcm[: 15 * CHUNK_BYTES]
+
+
+async def test_command_source_realigns_after_a_command_dies_mid_sample(tmp_path: Path) -> None:
+    """A command that dies after an odd byte count must not shift later audio by a byte."""
+    pcm = tone(0.3)
+    raw = tmp_path / "in.raw"
+    raw.write_bytes(pcm)
+    marker = tmp_path / "died-once"
+    for first_life in (1001, 2049):  # less than a chunk, and two chunks and a byte
+        marker.unlink(missing_ok=True)
+        command = (
+            f"if [ -e {marker} ]; then cat {raw}; "
+            f"else touch {marker}; head -c {first_life} {raw}; exit 3; fi"
+        )
+        source = CommandSource(command, max_lead=None)
+        joined = b"".join(await read_all(source))
+        assert source.restarts == 1
+        second = joined.find(pcm)
+        assert second > 0 and second % 2 == 0, (first_life, second)
+        samples = np.frombuffer(joined[: len(joined) // 2 * 2], dtype="<i2")
+        assert np.abs(samples).max() <= 8000  # byte-swapped samples would be far louder
+
+
+async def test_command_source_close_ends_the_whole_process_group(tmp_path: Path) -> None:
+    """`sh -c` does not pass SIGTERM on: close must end the shell's children too."""
+    pidfile = tmp_path / "child.pid"
+    source = CommandSource(f"sleep 60 & echo $! > {pidfile}; cat /dev/zero", max_lead=None)
+    await source.open()
+    assert await source.read() is not None
+    child = int(pidfile.read_text())
+    started = time.monotonic()
+    await source.close()
+    assert time.monotonic() - started < 1.0
+    deadline = time.monotonic() + 2.0  # SIGKILL is delivered, not yet necessarily acted on
+    while True:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+                assert time.monotonic() < deadline, "the shell's child outlived close()"
+                await asyncio.sleep(0.02)
+                continue
+        break
+
+
+VANISHING_ASOUNDRC = """
+pcm.pivoicemic {{
+    type file
+    slave.pcm null
+    file "|exec sh -c 'echo $$ > {pidfile}; test -e {present} && exec cat > /dev/null'"
+    infile "{infile}"
+    format "raw"
+}}
+"""
+
+PYAUDIO_UNTIL_BACK = """
+import asyncio, sys
+from wyoming_pivoice.satellite.audio_in import PyAudioSource
+first = open(sys.argv[1], "rb").read()[:1024]
+async def main():
+    source = PyAudioSource("pivoicemic")
+    await source.open()
+    restarts, steady, heard = 0, 0, False
+    while True:
+        chunk = await source.read()
+        if source.restarts != restarts:
+            restarts, steady, heard = source.restarts, 0, False
+        steady += 1
+        heard = heard or chunk == first
+        if steady == 100 and restarts == 0:
+            print("up", flush=True)
+        if steady == 500 and restarts and heard:
+            print("back", restarts, flush=True)
+            break
+    await source.close()
+asyncio.run(main())
+"""
+
+
+def test_pyaudio_source_reopens_a_device_that_vanishes_and_comes_back(tmp_path: Path) -> None:
+    """An ALSA stand-in capture device (the `file` plugin over `null`) that fails the way a
+    pulled USB mic does: its data also goes to a pipe command, and while that command is
+    gone every read fails with an I/O error. PortAudio reports it, the source reopens with
+    backoff, and once the command stays up the device's audio (from its start) comes back."""
+    infile, pidfile, present = tmp_path / "in.raw", tmp_path / "sink.pid", tmp_path / "present"
+    infile.write_bytes(tone(2.0))
+    present.touch()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".asoundrc").write_text(
+        VANISHING_ASOUNDRC.format(pidfile=pidfile, present=present, infile=infile)
+    )
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", PYAUDIO_UNTIL_BACK, str(infile)],
+            env={**os.environ, "HOME": str(home)}, cwd=REPO, stdout=subprocess.PIPE,
+            stderr=err, text=True,
+        )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "up", log.read_text()[-2000:]
+        present.unlink()  # unplugged
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while log.read_text().count("Microphone device failed") < 2:
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+        present.touch()  # plugged in again
+        back = proc.stdout.readline().split()
+        assert back[:1] == ["back"] and int(back[1]) >= 2, log.read_text()[-2000:]
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+STUCK_SPEAKER_ASOUNDRC = """
+pcm.pivoicespk {{
+    type file
+    slave.pcm null
+    file "|exec sh -c 'echo $$ > {pidfile}; test -e {stuck} && exec sleep 1000; exec cat > {out}'"
+    format "raw"
+}}
+"""
+
+PYAUDIO_TWO_REPLIES = """
+import asyncio, logging, os, sys, time, traceback
+import pyaudio
+from wyoming_pivoice.satellite.audio_out import PyAudioSink
+logging.basicConfig()
+async def main():
+    pcm = open(sys.argv[1], "rb").read()
+    sink = PyAudioSink("pivoicespk")
+    for _ in range(2):
+        started = time.monotonic()
+        await sink.play(pcm, 22050, 2, 1)
+        await sink.drain()
+        print(round(time.monotonic() - started, 2), flush=True)
+        sys.stdin.readline()  # the test's go-ahead
+    await sink.close()
+warm = pyaudio.PyAudio()  # PortAudio's start-up (devices listed once) is not the reply's
+try:
+    asyncio.run(main())
+except BaseException:
+    traceback.print_exc()
+    os._exit(1)
+os._exit(0)  # a thread left in a stuck device call would hold up a normal exit
+"""
+
+
+def test_pyaudio_sink_gives_up_on_a_stuck_device_and_reopens_it(tmp_path: Path) -> None:
+    """A playback device that stops taking audio (an ALSA stand-in whose data goes to a pipe
+    command that reads nothing) costs that reply, after its length plus 2 s; the next
+    reply opens the device again and plays whole."""
+    pcm = tone(3.0, 22050)  # more than a pipe holds
+    reply, out, pidfile, stuck = (tmp_path / n for n in ("reply.raw", "out.raw", "pid", "stuck"))
+    reply.write_bytes(pcm)
+    stuck.touch()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".asoundrc").write_text(
+        STUCK_SPEAKER_ASOUNDRC.format(pidfile=pidfile, stuck=stuck, out=out)
+    )
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", PYAUDIO_TWO_REPLIES, str(reply)],
+            env={**os.environ, "HOME": str(home)}, cwd=REPO, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=err, text=True,
+        )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        first = float(proc.stdout.readline())
+        assert 3.0 + 2.0 <= first < 3.0 + 2.0 + 1.0, first  # its length + the margin
+        stuck.unlink()
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)  # frees the abandoned thread
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        second = float(proc.stdout.readline())
+        proc.stdin.write("\n")
+        proc.stdin.close()
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert "the speaker device stopped taking audio" in log.read_text()
+    assert second < 3.0
+    assert out.read_bytes() == pcm

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+import pytest
+
 from .helpers import REPO, free_port, spawn_server
-from .test_satellite_standalone import silence, spoken, words
+from .test_satellite_standalone import check_reply_audio, silence, spoken, words
 
 
 def test_server_killed_mid_turn_is_reported_and_the_satellite_comes_back(tmp_path: Path) -> None:
@@ -87,3 +94,170 @@ def test_server_killed_mid_turn_is_reported_and_the_satellite_comes_back(tmp_pat
     assert turns[1]["reply"] and turns[1]["stamps"]["first_played"]
     # The second turn started with speech heard after the server came back.
     assert turns[1]["stamps"]["speech_start"] > back
+
+
+# ---- issue #13: speakers that hang, stops, barge-in, through the standalone process ---------
+
+
+@dataclass
+class Standalone:
+    proc: subprocess.Popen
+    folder: Path
+    log: Path  # stderr, monotonic clock
+    timing: Path
+
+    def speak(self) -> None:
+        (self.folder / "go").touch()
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def turns(self) -> list[dict]:
+        if not self.timing.exists():
+            return []
+        return [json.loads(line) for line in self.timing.read_text().splitlines()]
+
+    def wait_until(self, what: str, done: Callable[[], bool], timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert self.proc.poll() is None, f"satellite exited\n{self.text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no {what}\n{self.text()[-3000:]}"
+            time.sleep(0.05)
+
+    def descendants(self) -> list[psutil.Process]:
+        return psutil.Process(self.proc.pid).children(recursive=True)
+
+    def sigterm(self, sig: int = signal.SIGTERM) -> float:
+        """SIGTERM (or `sig`); returns how long it took to exit, once it has exited cleanly
+        with nothing of it left running."""
+        children = self.descendants()
+        started = time.monotonic()
+        self.proc.send_signal(sig)
+        code = self.proc.wait(10)
+        took = time.monotonic() - started
+        text = self.text()
+        assert code == 0, text[-3000:]
+        assert "Traceback" not in text and "Event loop is closed" not in text, text[-3000:]
+        alive = []
+        for child in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if child.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(child.cmdline())
+        assert not alive, f"left running: {alive}"
+        return took
+
+
+@contextlib.contextmanager
+def standalone(
+    server_port: int, tmp_path: Path, speaker: str, question: str = "Turn on the garden lights."
+) -> Iterator[Standalone]:
+    """The satellite on the real server; its mic (a shell loop, as in the README) reads
+    silence and asks `question` each time `go` appears."""
+    (tmp_path / "speech.raw").write_bytes(spoken(question, tmp_path / "q.wav") + silence(1.0))
+    (tmp_path / "gap.raw").write_bytes(silence(0.096))
+    go = tmp_path / "go"
+    mic = (
+        f"while :; do if [ -e {go} ]; then rm -f {go}; cat {tmp_path}/speech.raw; "
+        f"else cat {tmp_path}/gap.raw; fi; done"
+    )
+    log, timing = tmp_path / "satellite.log", tmp_path / "turns.jsonl"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "wyoming_pivoice", "--log-level", "DEBUG",
+                "--log-clock", "monotonic", "satellite",
+                "--server", f"tcp://127.0.0.1:{server_port}",
+                "--mic-command", mic, "--snd-command", speaker, "--timing-log", str(timing),
+            ],
+            cwd=REPO, stderr=err, stdout=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        sat = Standalone(proc, tmp_path, log, timing)
+        try:
+            sat.wait_until("microphone", lambda: "Microphone command started" in sat.text())
+            yield sat
+        finally:
+            if proc.poll() is None:
+                for child in sat.descendants():
+                    with contextlib.suppress(psutil.Error):
+                        child.kill()
+                proc.kill()
+                proc.wait()
+
+
+def test_a_speaker_that_stops_reading_is_killed_and_the_next_reply_plays(
+    server_port: int, tmp_path: Path
+) -> None:
+    # Replies 1 and 3 go to a player that takes nothing and never ends.
+    speaker = f"case {{n}} in 1|3) exec sleep 1000;; esac; cat > {tmp_path}/out-{{n}}.raw"
+    with standalone(server_port, tmp_path, speaker) as sat:
+        sat.speak()
+        sat.wait_until("turn 1", lambda: len(sat.turns()) == 1)
+        first = sat.turns()[0]
+        assert first["reply"]
+        assert "the speaker command" in sat.text()  # stopped taking audio / did not finish
+        sat.speak()
+        sat.wait_until("turn 2", lambda: len(sat.turns()) == 2)
+        second = sat.turns()[1]
+        assert second["error"] is None and {"garden"} <= words(second["transcript"])
+        check_reply_audio((tmp_path / "out-2.raw").read_bytes(), 22050, second["reply"])
+        # A third reply hangs its player again; SIGTERM still stops everything at once.
+        sat.speak()
+        sat.wait_until("reply 3", lambda: sat.text().count("Speaker command started") == 3)
+        took = sat.sigterm()
+    print(f"SIGTERM with a stuck speaker: {took * 1000:.0f} ms")
+    assert took < 1.0
+
+
+@pytest.mark.parametrize("state", ["listening", "speaking", "playing", "sigint"])
+def test_sigterm_stops_the_standalone_satellite_within_a_second(
+    server_port: int, tmp_path: Path, state: str
+) -> None:
+    """The README's mic runs through /bin/sh; the speaker plays at real time."""
+    speaker = realtime_speaker(tmp_path)
+    with standalone(server_port, tmp_path, speaker) as sat:
+        if state == "speaking":
+            sat.speak()
+            sat.wait_until("speech", lambda: "speech started" in sat.text())
+        elif state == "playing":
+            sat.speak()
+            sat.wait_until("playback", lambda: "Speaker command started" in sat.text())
+        took = sat.sigterm(signal.SIGINT if state == "sigint" else signal.SIGTERM)
+    print(f"signal while {state}: {took * 1000:.0f} ms")
+    assert took < 1.0
+
+
+def test_barge_in_silences_a_command_speaker_at_once(server_port: int, tmp_path: Path) -> None:
+    """Speech during a reply stops it: the player (a stand-in that plays at real time with
+    a 40 ms buffer, like a device) falls silent soon after the satellite decides."""
+    speaker = realtime_speaker(tmp_path)
+    first = tmp_path / "played-1"
+    with standalone(server_port, tmp_path, speaker, "Tell me a long story about a dragon.") as sat:
+        sat.speak()
+        # Once the reply has played for half a second, the user speaks again.
+        sat.wait_until("half a second of reply", lambda: played_seconds(first) > 0.5)
+        sat.speak()
+        sat.wait_until("barge-in", lambda: "Barge-in: stopping" in sat.text())
+        sat.wait_until("turn 1", lambda: len(sat.turns()) >= 1)
+        line = next(x for x in sat.text().splitlines() if "Barge-in: stopping" in x)
+        decided = float(line.split()[0])
+        silent_at = float(first.read_text().split()[-1])  # the end of the last block it got
+        sat.sigterm()
+    silence_ms = (silent_at - decided) * 1000
+    print(f"barge-in: the speaker fell silent {silence_ms:.0f} ms after the decision")
+    assert sat.turns()[0]["barged_in"]
+    assert silence_ms < 150
+
+
+def realtime_speaker(folder: Path) -> str:
+    """--snd-command for tests/realtime_speaker.py; reply N's blocks go to folder/played-N."""
+    return (
+        f"{sys.executable} {REPO / 'tests' / 'realtime_speaker.py'} {{rate}} {folder}/played-{{n}}"
+    )
+
+
+def played_seconds(log: Path) -> float:
+    """How much of a reply the stand-in speaker has played so far."""
+    if not log.exists() or not (rows := log.read_text().split()):
+        return 0.0
+    return float(rows[-1]) - float(rows[0])

@@ -449,9 +449,10 @@ async def test_a_new_audio_start_interrupts_the_reply(
             assert played == 1  # only the reply that was really played to its end
         assert sat.wait() == 0
 
-    # One file per reply; an interrupted reply may be cut before its first sample.
+    # One file per reply that reached the speaker: a reply interrupted before the speaker
+    # took any of it is dropped whole, one interrupted later is cut.
     outputs = sorted(tmp_path.glob("out-*.wav"))
-    assert outputs[-1].name == "out-3.wav"
+    assert 1 <= len(outputs) <= 3
     for cut in outputs[:-1]:
         assert len(wav_frames(cut)[0]) <= len(pcm) // 2
     final, final_rate = wav_frames(outputs[-1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wyoming_pivoice.satellite import state
 from wyoming_pivoice.satellite.state import (
     AudioFormat,
     CloseConnection,
@@ -484,3 +485,23 @@ def test_remote_trigger_during_remote_wake_ends_the_idle_wake_run_first() -> Non
     sat.tick(2.1 + T.error_retry)
     sat.progress(3.0, "detection")
     assert sat.remote_run_pipeline(3.1, "asr", "tts") == []
+
+
+def test_reply_chunks_in_another_format_are_dropped() -> None:
+    sat = running()
+    sat.audio_start(1.0, TTS)
+    other = AudioFormat(16000, 2, 1)
+    assert sat.audio_chunk(1.1, b"\0" * 100, other) == []  # not played at the wrong rate
+    assert sat.audio_chunk(1.2, b"\0" * 100, None) == [PlayAudio(1, b"\0" * 100, TTS)]
+
+
+def test_a_reply_is_capped_in_bytes(monkeypatch) -> None:
+    """HA has no back-pressure: a peer that never ends a reply cannot fill our memory."""
+    monkeypatch.setattr(state, "MAX_REPLY_BYTES", 1000)
+    sat = running()
+    sat.audio_start(1.0, TTS)
+    assert sat.audio_chunk(1.1, b"\0" * 600, TTS) == [PlayAudio(1, b"\0" * 600, TTS)]
+    assert sat.audio_chunk(1.2, b"\0" * 600, TTS) == []
+    assert sat.audio_chunk(1.3, b"\0" * 10, TTS) == []
+    assert sat.audio_stop(1.4) == [FinishPlayback(1)]  # the reply still ends normally
+    assert sat.playback_done(1.5, 1) == [SendPlayed(), ResetDetector()]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from ..audio import PcmFormat, StreamingConverter, float_to_pcm16
+from .commands import end_command, start_command, wait_command
 
 if TYPE_CHECKING:
     from .settings import MicSettings
@@ -39,6 +40,9 @@ MIC_FORMAT = PcmFormat(RATE, WIDTH, CHANNELS)
 # A file or `cat` would otherwise arrive in one burst; a live microphone is never this far
 # ahead of the wall clock, so limiting the lead paces the first and never delays the second.
 DEFAULT_MAX_LEAD = 0.25
+# A live mic command writes 32 kB/s; one that writes nothing for this long is stuck.
+MIC_STALL_SECONDS = 10.0
+EXIT_WAIT = 2.0  # a mic command that closed its output gets this long to exit
 
 
 class AudioSource(Protocol):
@@ -103,6 +107,11 @@ class _Chunker:
         chunk = bytes(self._buffer[:CHUNK_BYTES])
         del self._buffer[:CHUNK_BYTES]
         return chunk
+
+    def realign(self) -> None:
+        """The stream just ended half-way through a sample: drop the lone byte (whole chunks
+        are even, so it is always still here), so later audio stays on 2-byte samples."""
+        del self._buffer[-1:]
 
     def rest(self) -> bytes | None:
         """The last partial chunk, padded with silence (or None if nothing is left)."""
@@ -194,6 +203,8 @@ class CommandSource:
         self._backoff = Backoff()
         self._ended = False
         self._closed = False
+        self._proc_bytes = 0  # from the running command: odd means it stopped mid-sample
+        self.stall_seconds = MIC_STALL_SECONDS
         self.restarts = 0
 
     async def open(self) -> None:
@@ -202,9 +213,10 @@ class CommandSource:
         await self._start()
 
     async def _start(self) -> None:
-        self._proc = await asyncio.create_subprocess_shell(
+        self._proc = await start_command(
             self.command, stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL
         )
+        self._proc_bytes = 0
         _LOGGER.debug("Microphone command started (pid %s): %s", self._proc.pid, self.command)
 
     async def read(self) -> bytes | None:
@@ -221,14 +233,33 @@ class CommandSource:
     async def _fill(self) -> None:
         proc = self._proc
         data = b""
+        stalled = False
         if proc is not None and proc.stdout is not None:
-            data = await proc.stdout.read(CHUNK_BYTES * 4)
+            try:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                # that comes as data arrives, and a stopping satellite would read on.
+                async with asyncio.timeout(self.stall_seconds):
+                    data = await proc.stdout.read(CHUNK_BYTES * 4)
+            except TimeoutError:
+                stalled = True
         if data:
             self._chunker.add(data)
+            self._proc_bytes += len(data)
             self._backoff.reset()
             return
+        if self._proc_bytes % 2:
+            _LOGGER.debug("Microphone command ended mid-sample: re-aligning")
+            self._chunker.realign()
+        self._proc_bytes = 0
         # End of output: a clean exit ends the stream, anything else is restarted.
-        returncode = await proc.wait() if proc is not None else None
+        returncode = None
+        if proc is not None:
+            if stalled:
+                _LOGGER.warning("Microphone command gave no audio for %.0f s", self.stall_seconds)
+                await end_command(proc)
+                returncode = -1
+            else:
+                returncode = await wait_command(proc, EXIT_WAIT)
         if self._closed:
             return
         if returncode == 0:
@@ -254,14 +285,8 @@ class CommandSource:
     async def close(self) -> None:
         self._closed = True
         proc, self._proc = self._proc, None
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-            try:
-                await asyncio.wait_for(proc.wait(), 5)
-            except asyncio.TimeoutError:
-                proc.kill()
-                await proc.wait()
+        if proc is not None:
+            await end_command(proc)  # its whole group: the shell's children too
 
 
 class StdinSource:
@@ -394,6 +419,7 @@ class PyAudioSource:
                     "Microphone device failed (%s); reopening in %.1f s", err, self._backoff.delay
                 )
                 self._close_stream()
+                self._terminate()  # PortAudio lists devices once: a fresh instance finds it again
                 self._stop.wait(self._backoff.delay)
                 self._backoff.delay = min(self._backoff.delay * 2, self._backoff.maximum)
                 continue
@@ -417,13 +443,21 @@ class PyAudioSource:
         if self._queue is not None:
             while not self._queue.empty():  # unblock the reader thread
                 self._queue.get_nowait()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join, 5)
-            self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            # A read takes 32 ms; a device stuck in one is left to the (daemon) thread.
+            await asyncio.to_thread(thread.join, 0.5)
+            if thread.is_alive():
+                _LOGGER.warning("The microphone device does not return: leaving it open")
+                return
         self._close_stream()
+        self._terminate()
+
+    def _terminate(self) -> None:
         pa, self._pa = self._pa, None
         if pa is not None:
-            pa.terminate()  # type: ignore[attr-defined]
+            with contextlib.suppress(Exception):
+                pa.terminate()  # type: ignore[attr-defined]
 
 
 def open_source(mic: MicSettings) -> AudioSource:

@@ -22,12 +22,14 @@ import shlex
 import termios
 import time
 import wave
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..audio import PcmFormat
 from .audio_in import find_device
+from .commands import end_command, start_command
 
 if TYPE_CHECKING:
     from .settings import SndSettings
@@ -36,6 +38,10 @@ _LOGGER = logging.getLogger(__name__)
 
 Format = tuple[int, int, int]  # rate, width, channels
 
+STOP_WAIT = 1.0  # a stopped reply's task gets this long to wind down; it is dropped after
+# A speaker must take and play a reply within the reply's own length plus this margin
+# (device start-up, its buffer); one that does not is killed and the next reply reopens it.
+SPEAKER_MARGIN = 2.0
 # How far ahead of real time a speaker is fed: enough to ride out an event-loop stall,
 # short enough that a barge-in is heard at once.
 SPEAKER_LEAD = 0.1
@@ -155,8 +161,8 @@ class QueuedSink:
         if self.tap is not None:
             self.tap.cut(time.monotonic())
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        # wait() rather than await: bounded, even for a backend that does not return.
+        await asyncio.wait({task}, timeout=STOP_WAIT)
 
     async def close(self) -> None:
         await self.stop()
@@ -331,9 +337,12 @@ class CommandSink(QueuedSink):
     async def _open(self, rate: int, width: int, channels: int) -> None:
         await super()._open(rate, width, channels)
         command = self.format_command(rate, width, channels)
-        self._proc = await asyncio.create_subprocess_shell(
+        # Its own process group: a stop silences everything it started (sh -c 'aplay …').
+        self._proc = await start_command(
             command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL
         )
+        self._bytes_per_second = rate * width * channels  # for the bound, whatever paces us
+        self._played_by = time.monotonic()  # when what was written so far has played
         _LOGGER.debug("Speaker command started (pid %s): %s", self._proc.pid, command)
         assert self._proc.stdin is not None
         pipe = self._proc.stdin.get_extra_info("pipe")
@@ -371,30 +380,40 @@ class CommandSink(QueuedSink):
             return 0
         return count[0]
 
+    def _time_left(self) -> float:
+        return self._played_by + SPEAKER_MARGIN - time.monotonic()
+
     async def _write(self, pcm: bytes) -> None:
         assert self._proc is not None and self._proc.stdin is not None
         self._written_at = time.monotonic()
+        self._played_by = max(self._played_by, self._written_at) + len(pcm) / self._bytes_per_second
         self._proc.stdin.write(pcm)
-        await self._proc.stdin.drain()
+        try:  # asyncio.timeout: wait_for (3.11) can swallow a barge-in's cancellation
+            async with asyncio.timeout(max(self._time_left(), 0.01)):
+                await self._proc.stdin.drain()
+        except TimeoutError:
+            raise OSError("the speaker command stopped taking audio") from None
 
     async def _finish(self) -> None:
-        proc, self._proc = self._proc, None
+        proc = self._proc
         if proc is None:
             return
         if proc.stdin is not None:
             proc.stdin.close()
-            with contextlib.suppress(ConnectionError):
-                await proc.stdin.wait_closed()
-        code = await proc.wait()
+        try:
+            async with asyncio.timeout(max(self._time_left(), 0.01)):
+                code = await proc.wait()
+        except TimeoutError:
+            raise OSError("the speaker command did not finish the reply in time") from None
+        self._proc = None
+        await end_command(proc)  # anything its group left running
         if code != 0:
             _LOGGER.warning("Speaker command exited with %s: %s", code, shlex.quote(self.command))
 
     async def _abort(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+        if proc is not None:
+            await end_command(proc, grace=0)  # SIGKILL at once: a barge-in must be silent now
 
 
 class PyAudioSink(QueuedSink):
@@ -432,7 +451,24 @@ class PyAudioSink(QueuedSink):
         await super()._open(rate, width, channels)
         self._aborted = False
         self._frame_bytes = width * channels
-        await self._call(self._open_stream, rate, width, channels)
+        self._bytes_per_second = rate * width * channels  # for the bound, whatever paces us
+        self._played_by = time.monotonic()  # when what was written so far has played
+        await self._device(self._open_stream, rate, width, channels)
+
+    async def _device(self, fn: Callable[..., object], *args: object) -> None:
+        """A call into PortAudio, bounded by the reply's own length plus the margin."""
+        left = max(self._played_by + SPEAKER_MARGIN - time.monotonic(), 0.01)
+        try:
+            async with asyncio.timeout(left):
+                await self._call(fn, *args)
+        except TimeoutError:
+            # The device thread is stuck in PortAudio: leave it behind; the next reply
+            # opens the device on a new thread and a new PortAudio instance.
+            self._aborted = True
+            self._executor.shutdown(wait=False)
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="pivoice speaker")
+            self._stream = self._pa = None
+            raise OSError("the speaker device stopped taking audio") from None
 
     def _write_blocking(self, pcm: bytes) -> None:
         step = self.PIECE_FRAMES * self._frame_bytes
@@ -443,7 +479,8 @@ class PyAudioSink(QueuedSink):
 
     async def _write(self, pcm: bytes) -> None:
         self._written_at = time.monotonic()
-        await self._call(self._write_blocking, pcm)
+        self._played_by = max(self._played_by, self._written_at) + len(pcm) / self._bytes_per_second
+        await self._device(self._write_blocking, pcm)
 
     def _close_stream(self, play_out: bool) -> None:
         stream, self._stream = self._stream, None
@@ -456,7 +493,7 @@ class PyAudioSink(QueuedSink):
             stream.close()  # type: ignore[attr-defined]
 
     async def _finish(self) -> None:
-        await self._call(self._close_stream, True)
+        await self._device(self._close_stream, True)  # plays out what the device holds
 
     async def _abort(self) -> None:
         self._aborted = True

@@ -7,7 +7,9 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import os
 import signal
+import sys
 import uuid
 from collections.abc import Coroutine
 from typing import Any
@@ -242,6 +244,34 @@ def settings_from_args(args: argparse.Namespace) -> SatelliteSettings:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Until the event loop takes the signals over (and after it lets go), SIGTERM and
+    # SIGINT end the process quietly: no KeyboardInterrupt traceback while models load.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_quietly)
+    try:
+        code = _run(args)
+    except SystemExit as stop:
+        if stop.code != _SIGNALLED:
+            raise
+        _LOGGER.info("Stopped by a signal")
+        code = 0
+    # Everything is closed (mic and speaker commands ended, files written): skip the
+    # interpreter's teardown of onnxruntime and friends, which alone takes 0.2 s here and
+    # more on a Pi, so that a stop takes well under a second.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+_SIGNALLED = "signalled"
+
+
+def _exit_quietly(signum: int, frame: object) -> None:
+    raise SystemExit(_SIGNALLED)
+
+
+def _run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if settings.uri:
         from .ha import run_ha_satellite  # the Home Assistant side, loaded only when used
@@ -268,10 +298,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _until_signal(main: Coroutine[Any, Any, object]) -> None:
-    """Run `main`; SIGTERM/SIGINT cancel it, so the mic command and sinks are closed cleanly."""
+    """Run `main`; SIGTERM/SIGINT cancel it, so the mic command and sinks are closed cleanly.
+
+    Only the first signal cancels: a second one must not cut that clean-up short (and
+    leave a mic or speaker command running).
+    """
     task = asyncio.ensure_future(main)
     loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        if not stopping.is_set():
+            stopping.set()
+            _LOGGER.info("Stopping")
+            task.cancel()
+
+    stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, stop)
     await task

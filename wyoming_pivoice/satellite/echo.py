@@ -174,10 +174,6 @@ class EchoCanceller:
         """`pcm` (in `fmt`) is due to start playing at monotonic time `due`."""
         index = self._index(due)
         ref = self._ref
-        import os  # DEBUG-REMOVE
-        if os.environ.get("PIVOICE_DEBUG_ECHO"):  # DEBUG-REMOVE
-            with open(os.environ["PIVOICE_DEBUG_ECHO"] + ".ref", "a") as f:  # DEBUG-REMOVE
-                f.write(f"{index} {ref.end} {self._capture_index} {len(pcm)} {self._capture.count}\n")  # DEBUG-REMOVE
 
         if ref.fmt != fmt or index > ref.end + JOIN_SECONDS * RATE:
             ref.converter = StreamingConverter(fmt, RATE)  # a new reply: a new stream
@@ -199,10 +195,6 @@ class EchoCanceller:
         """The reply stopped at monotonic `at`: what was handed over for later never plays
         (left in, AEC3 would adapt to the user's voice against a silent reference)."""
         ref, index = self._ref, self._index(at)
-        import os  # DEBUG-REMOVE
-        if os.environ.get("PIVOICE_DEBUG_ECHO"):  # DEBUG-REMOVE
-            with open(os.environ["PIVOICE_DEBUG_ECHO"] + ".ref", "a") as f:  # DEBUG-REMOVE
-                f.write(f"CUT {index} {ref.end} {self._capture_index}\n")  # DEBUG-REMOVE
         if index < ref.end:
             ref.samples = ref.samples[: max(0, index - ref.start)]
 

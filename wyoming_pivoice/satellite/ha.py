@@ -9,8 +9,16 @@ once the speaker has really finished.
 
 Every decision lives in `state.SatelliteMachine`; this module only turns sockets, the
 microphone, the speaker and the clock into its inputs and carries out its actions.
-One lock serialises "input → actions", so two sources of input (HA's events, the
-mic, the clock, the speaker finishing) never interleave their actions.
+Inputs reach the machine synchronously and its actions are handed on without waiting:
+events for HA go to the connection's outbox (its own writer task, each write bounded),
+playback steps to the speaker's queue (its own task, a stop pre-empts the step that is
+running). So no input waits on I/O, and the clock's deadlines fire whatever a socket
+or the speaker is doing.
+
+Every connection is bounded like the server's: frame sizes (server/limits.py's reader),
+a cap on connections (the oldest idle one makes room), idle deadlines, bounded writes.
+A peer that has claimed the satellite but does not ping, as HA does every 2 s, loses
+it to the next connection that asks.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ import signal
 import socket
 import time
 import wave
+from collections import deque
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 from urllib.parse import urlparse
@@ -29,7 +39,7 @@ from urllib.parse import urlparse
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
-from wyoming.event import Event
+from wyoming.event import Event, async_read_event
 from wyoming.info import Describe, Info
 from wyoming.ping import Ping, Pong
 from wyoming.pipeline import PipelineStage, RunPipeline
@@ -42,6 +52,7 @@ from wyoming.vad import VoiceStarted, VoiceStopped
 from wyoming.wake import Detect, Detection
 
 from ..audio import AudioFormatError, check_format
+from ..server.limits import BoundedReader, Limits
 from ..timing import TimingLog, TurnClock
 from ..zeroconf import Advertiser, default_name
 from . import state
@@ -56,7 +67,15 @@ _LOGGER = logging.getLogger(__name__)
 WRITE_TIMEOUT = 5.0  # a write HA does not take within this long means HA is gone
 TICK_SECONDS = 0.1
 TAKEOVER_WAIT = 1.0  # a newcomer waits this long for the old connection to finish closing
+PING_GRACE = 6.0  # HA pings every 2 s (and gives up 5 s after an unanswered one)
+MAX_CONNECTIONS = 8  # HA and its describe probes; past it the oldest idle one is closed
+IDLE_TIMEOUT = 30.0  # a connection that does not drive the satellite and sends nothing
+ACTIVE_IDLE_TIMEOUT = 300.0  # the driving connection, if it never pings (pings: ha_silence)
+OUTBOX_MAX = 512  # events HA has not taken yet (mic audio is 31 a second): past it HA is gone
+STEP_TIMEOUT = 2.0  # one speaker call (queue audio, stop)
+SHUTDOWN_STEP = 0.5  # each part of the shutdown
 CHUNK_MS = CHUNK_SAMPLES * 1000 // RATE
+LIMITS = Limits()  # the server's frame limits, for the same reasons
 
 _PROGRESS = {
     Transcribe.is_type: "transcribe",
@@ -89,23 +108,196 @@ class HaConnection(AsyncEventHandler):
         super().__init__(reader, writer)
         self.satellite = satellite
         self.peer = writer.get_extra_info("peername")
+        self.bounded = BoundedReader(reader, LIMITS.max_frame_bytes, LIMITS.max_data_bytes)
+        self.opened = time.monotonic()
+        self.last_ping: float | None = None
+        self._outbox: asyncio.Queue[Event] = asyncio.Queue()
+        self._sender: asyncio.Task[None] | None = None
         _keepalive(writer)
 
     async def run(self) -> None:
+        sat = self.satellite
+        if not sat.admit(self):
+            await self.refuse("satellite busy: too many connections", "busy")
+            return
         try:
-            await super().run()
+            while await self._read_one():
+                pass
         except (ConnectionError, OSError, asyncio.IncompleteReadError) as err:
             _LOGGER.info("Connection %s lost: %s", self.peer, err)
+        finally:
+            sat.connection_closed(self)
+            self.abort()
+
+    async def _read_one(self) -> bool:
+        """Read and handle one event; False ends the connection."""
+        sat = self.satellite
+        idle = ACTIVE_IDLE_TIMEOUT if sat.is_active(self) else IDLE_TIMEOUT
+        try:
+            async with asyncio.timeout(idle):
+                event = await async_read_event(self.bounded)  # type: ignore[arg-type]
+        except TimeoutError:
+            _LOGGER.info("Connection %s idle for %.0f s: closing it", self.peer, idle)
+            await self.refuse("idle timeout", "idle")
+            return False
+        except (ConnectionError, OSError, asyncio.IncompleteReadError):
+            raise
+        except Exception as err:  # JSON that is no event (a list, nested too deep …)
+            await self.refuse(f"malformed frame: {err!r}", "malformed")
+            return False
+        if event is None:
+            if self.bounded.violation:
+                _LOGGER.warning("Refusing %s: %s", self.peer, self.bounded.violation)
+                await self.refuse(self.bounded.violation, "frame-too-large")
+            elif self.bounded.got_line:
+                await self.refuse("malformed frame: not a JSON event", "malformed")
+            return False
+        return await sat.handle_event(self, event)
 
     async def handle_event(self, event: Event) -> bool:
         return await self.satellite.handle_event(self, event)
 
-    async def disconnect(self) -> None:
-        await self.satellite.connection_closed(self)
+    async def reply(self, event: Event) -> None:
+        """Answer (describe, ping), bounded: a peer that takes nothing is dropped. Behind
+        what is queued for it, if anything: a pong must not overtake earlier events."""
+        if self._sender is not None:
+            if not self.send(event):
+                raise ConnectionError(f"{self.peer} takes no events")
+            return
+        try:
+            await asyncio.wait_for(self.write_event(event), WRITE_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise ConnectionError(f"{self.peer} takes no replies") from None
+
+    def send(self, event: Event) -> bool:
+        """Queue an event for the peer, in order; False if it has stopped taking them."""
+        if self._outbox.qsize() >= OUTBOX_MAX:
+            return False
+        self._outbox.put_nowait(event)
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send_loop(), name=f"to {self.peer}")
+        return True
+
+    async def _send_loop(self) -> None:
+        while True:
+            event = await self._outbox.get()
+            try:
+                async with asyncio.timeout(WRITE_TIMEOUT):
+                    await self.write_event(event)
+            except (ConnectionError, OSError, TimeoutError, RuntimeError) as err:
+                self.satellite.send_failed(self, event, err)
+                return
+
+    async def refuse(self, text: str, code: str) -> None:
+        """An `error` the peer can read, then close (its unread input is let in first:
+        closing on unread bytes resets the connection and can destroy the error)."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.write_event(Error(text=text, code=code).event()), 1.0)
+            self.writer.write_eof()
+
+            async def discard(max_bytes: int = 1 << 20) -> None:
+                received = 0
+                while received < max_bytes and (data := await self.reader.read(65536)):
+                    received += len(data)
+
+            await asyncio.wait_for(discard(), 1.0)
+        self.abort()
+
+    def pinging(self, now: float) -> bool:
+        """Pings (or has only just connected) as Home Assistant does."""
+        return now - (self.last_ping or self.opened) < PING_GRACE
+
+    def abort(self) -> None:
+        """Close at once, dropping anything unsent."""
+        if self._sender is not None:
+            self._sender.cancel()
+        self.writer.transport.abort()
 
     @property
     def gone(self) -> bool:
         return self.writer.is_closing() or self.reader.at_eof()
+
+
+class Speaker:
+    """Carries out the machine's playback actions in order, on its own task.
+
+    Each call to the sink is bounded; `stop` drops the queued steps and cancels the one
+    running (a drain or a sound) before stopping the sink. A drain needs no bound of its
+    own: the machine's drain deadline stops it.
+    """
+
+    def __init__(
+        self,
+        sink: AudioSink,
+        done: Callable[[int, bool], None],
+        load_sound: Callable[[str], Awaitable[tuple[bytes, int, int, int]]],
+    ) -> None:
+        self.sink = sink
+        self._done = done  # (generation, was a reply)
+        self._load_sound = load_sound
+        self._steps: deque[tuple[Callable[[], Awaitable[None]], float | None]] = deque()
+        self._ready = asyncio.Event()
+        self._current: asyncio.Task[None] | None = None
+
+    def play(self, audio: bytes, fmt: state.AudioFormat) -> None:
+        self._add(partial(self.sink.play, audio, fmt.rate, fmt.width, fmt.channels), STEP_TIMEOUT)
+
+    def finish(self, generation: int) -> None:
+        self._add(partial(self._finish, generation), None)
+
+    def sound(self, generation: int, name: str) -> None:
+        self._add(partial(self._sound, generation, name), None)
+
+    def stop(self) -> None:
+        self._steps.clear()
+        if self._current is not None:
+            self._current.cancel()
+        self._add(self.sink.stop, STEP_TIMEOUT)
+
+    def _add(self, step: Callable[[], Awaitable[None]], timeout: float | None) -> None:
+        self._steps.append((step, timeout))
+        self._ready.set()
+
+    async def run(self) -> None:
+        try:
+            await self._run()
+        finally:  # stopped: the step running goes too
+            if self._current is not None:
+                self._current.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            if not self._steps:
+                self._ready.clear()
+                await self._ready.wait()
+                continue
+            step, timeout = self._steps.popleft()
+            task = self._current = asyncio.ensure_future(step())
+            try:
+                done, _ = await asyncio.wait({task}, timeout=timeout)
+                if not done:
+                    _LOGGER.warning("The speaker did not answer within %.0f s", timeout)
+                    task.cancel()
+                elif not task.cancelled() and task.exception() is not None:
+                    _LOGGER.error("Speaker step failed", exc_info=task.exception())
+            finally:
+                self._current = None
+
+    async def _finish(self, generation: int) -> None:
+        try:
+            await self.sink.drain()
+        except Exception:
+            _LOGGER.exception("The speaker failed while finishing")
+        self._done(generation, True)
+
+    async def _sound(self, generation: int, name: str) -> None:
+        try:
+            pcm, rate, width, channels = await self._load_sound(name)
+            await self.sink.play(pcm, rate, width, channels)
+            await self.sink.drain()
+        except Exception:
+            _LOGGER.exception("Cannot play the %s sound", name)
+        self._done(generation, False)
 
 
 class HaSatellite:
@@ -152,19 +344,20 @@ class HaSatellite:
             getattr(wake, "phrase", None),
         )
         self.timing = TimingLog(settings.timing_log)
-        self._lock = asyncio.Lock()
         self._active: HaConnection | None = None
+        self._connections: dict[HaConnection, None] = {}  # oldest first
         self._mic_wanted = asyncio.Event()
         self._done = asyncio.Event()
         self.exit_code = 0
         self._prespeech = b""
         self._stream_ms = 0
-        self._playback_task: asyncio.Task[None] | None = None
+        self._speaker: Speaker | None = None
         self._sounds: dict[str, tuple[bytes, int, int, int]] = {}
         self._clock: TurnClock | None = None
         self._turns = 0
         self._server: AsyncServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[None]] = set()
 
     # ---- running -----------------------------------------------------------------------------
 
@@ -178,9 +371,11 @@ class HaSatellite:
         await server.start(partial(HaConnection, self))
         self._server = server
         _LOGGER.info("Home Assistant satellite listening on %s", self.settings.uri)
+        self._speaker = Speaker(self.sink, self._playback_done, self._load_sound)
         self._tasks = [
             asyncio.create_task(self._mic_loop(), name="satellite mic"),
             asyncio.create_task(self._tick_loop(), name="satellite clock"),
+            asyncio.create_task(self._speaker.run(), name="satellite speaker"),
         ]
 
     async def wait(self) -> int:
@@ -190,22 +385,28 @@ class HaSatellite:
         finally:
             for task in self._tasks:
                 task.cancel()
-            for task in self._tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            if self._server is not None:
-                await self._shutdown(self._server)
+            if self._tasks:
+                await asyncio.wait(self._tasks, timeout=SHUTDOWN_STEP)
+            await self._shutdown()
+            _LOGGER.info("Stopped")
         return self.exit_code
 
-    async def _shutdown(self, server: AsyncServer) -> None:
-        with contextlib.suppress(Exception):
-            await server.stop()
-        if self._playback_task is not None:
-            self._playback_task.cancel()
-        with contextlib.suppress(Exception):
-            await self.sink.close()
-        with contextlib.suppress(Exception):
-            await self.source.close()
+    async def _shutdown(self) -> None:
+        """Every step bounded: a stop must not hang on a stuck peer, speaker or mic."""
+        for conn in list(self._connections):
+            conn.abort()
+        self._active = None
+        steps: list[tuple[str, Awaitable[object]]] = [
+            ("microphone", self.source.close()),
+            ("speaker", self.sink.close()),
+        ]
+        if self._server is not None:
+            steps.insert(0, ("server", self._server.stop()))
+        for name, step in steps:
+            try:
+                await asyncio.wait_for(step, SHUTDOWN_STEP * 2)
+            except Exception as err:
+                _LOGGER.warning("Stopping the %s failed: %r", name, err)
         self.endpointer.close()
         if self.wake is not None:
             self.wake.close()
@@ -216,47 +417,60 @@ class HaSatellite:
         self.exit_code = code
         self._done.set()
 
+    async def stopped(self) -> None:
+        await self._done.wait()
+
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
-            async with self._lock:
-                try:
-                    await self._apply(self.machine.tick(time.monotonic()))
-                except Exception:  # the clock is what gets us out of lost events: keep it
-                    _LOGGER.exception("Clock tick failed")
+            try:  # nothing here waits: the clock is what gets us out of lost events
+                self._apply(self.machine.tick(time.monotonic()))
+            except Exception:
+                _LOGGER.exception("Clock tick failed")
 
-    # ---- the connection to Home Assistant ---------------------------------------------------
+    # ---- connections ---------------------------------------------------------------------
+
+    def admit(self, conn: HaConnection) -> bool:
+        """A new connection; at the cap the oldest one not driving the satellite makes room."""
+        if len(self._connections) >= MAX_CONNECTIONS:
+            victim = next((c for c in self._connections if c is not self._active), None)
+            if victim is None:
+                return False
+            _LOGGER.warning("Too many connections: closing the oldest, %s", victim.peer)
+            self._connections.pop(victim, None)
+            victim.abort()
+        self._connections[conn] = None
+        return True
+
+    def is_active(self, conn: HaConnection) -> bool:
+        return conn is self._active
 
     async def handle_event(self, conn: HaConnection, event: Event) -> bool:
         """Events from any connection; only the active one drives the satellite."""
         try:
+            now = time.monotonic()
             if Describe.is_type(event.type):
-                await conn.write_event(self.info.event())
+                await conn.reply(self.info.event())
                 if conn is self._active:
                     self.machine.heard(time.monotonic())
                 return True
             if Ping.is_type(event.type):
-                # Answered at once, outside the lock: HA drops us after 5 s without a pong.
-                await conn.write_event(Pong(text=event.data.get("text")).event())
+                # Answered at once: HA drops us after 5 s without a pong.
+                await conn.reply(Pong(text=event.data.get("text")).event())
+                conn.last_ping = now
                 if conn is self._active:
                     self.machine.heard(time.monotonic(), ping=True)
                 return True
             if not await self._claim(conn):
                 _LOGGER.warning("Refusing %s: another Home Assistant is connected", conn.peer)
-                await conn.write_event(
-                    Error(
-                        text="satellite busy: another Home Assistant connection is active",
-                        code="busy",
-                    ).event()
+                await conn.refuse(
+                    "satellite busy: another Home Assistant connection is active", "busy"
                 )
                 return False
-            async with self._lock:
-                if conn is not self._active:
-                    return False  # dropped while we waited
-                now = time.monotonic()
-                self.machine.heard(now)
-                await self._dispatch(event, now)
-                return conn is self._active
+            now = time.monotonic()
+            self.machine.heard(now)
+            self._dispatch(event, now)
+            return conn is self._active
         except (ConnectionError, OSError):
             raise
         except Exception:  # an odd event must never take the satellite down
@@ -264,93 +478,93 @@ class HaSatellite:
             return True
 
     async def _claim(self, conn: HaConnection) -> bool:
-        """Make `conn` the active connection if there is none (or the old one is gone)."""
+        """Make `conn` the active connection if there is none, the old one is gone, or the
+        old one does not ping (not Home Assistant, or a dead one)."""
         deadline = time.monotonic() + TAKEOVER_WAIT
         while True:
-            old = self._active
+            old, now = self._active, time.monotonic()
             if old is conn:
                 return True
-            if old is not None and old.gone:
-                await self.connection_closed(old)
+            if old is not None and (old.gone or not old.pinging(now)):
+                why = "gone" if old.gone else f"no ping for {PING_GRACE:.0f} s"
+                self._drop(old, f"{conn.peer} takes over ({why})")
                 old = self._active
             if old is None:
-                async with self._lock:
-                    if self._active is None:
-                        self._active = conn
-                        _LOGGER.info("Home Assistant connected from %s", conn.peer)
-                        await self._apply(self.machine.connect(time.monotonic()))
-                return self._active is conn
-            if time.monotonic() >= deadline:
+                self._active = conn
+                _LOGGER.info("Home Assistant connected from %s", conn.peer)
+                self._apply(self.machine.connect(now))
+                return True
+            if now >= deadline:
                 return False
             await asyncio.sleep(0.05)
 
-    async def connection_closed(self, conn: HaConnection) -> None:
-        async with self._lock:
-            if conn is not self._active:
-                return
-            self._active = None
-            _LOGGER.info("Home Assistant disconnected (%s): back to idle", conn.peer)
-            await self._apply(self.machine.disconnect(time.monotonic()))
+    def connection_closed(self, conn: HaConnection) -> None:
+        self._connections.pop(conn, None)
+        if conn is self._active:
+            self._drop(conn, "disconnected")
 
-    async def _send(self, event: Event) -> None:
-        """Write to the active connection; a failed write means HA is gone."""
-        conn = self._active
-        if conn is None:
+    def send_failed(self, conn: HaConnection, event: Event, err: BaseException) -> None:
+        if conn is self._active:
+            self._drop(conn, f"sending {event.type} failed ({err!r})")
+
+    def _drop(self, conn: HaConnection, reason: str) -> None:
+        """The active connection is over: close it, and the machine goes back to idle."""
+        if conn is not self._active:
             return
-        try:
-            await asyncio.wait_for(conn.write_event(event), WRITE_TIMEOUT)
-        except (ConnectionError, OSError, asyncio.TimeoutError, RuntimeError) as err:
-            _LOGGER.warning(
-                "Sending %s to Home Assistant failed (%r): dropping it", event.type, err
-            )
-            if self._active is conn:
-                self._active = None
-                conn.writer.close()
-                await self._apply(self.machine.disconnect(time.monotonic()))
+        self._active = None
+        _LOGGER.info("Home Assistant %s: %s; back to idle", conn.peer, reason)
+        conn.abort()
+        self._apply(self.machine.disconnect(time.monotonic()))
 
-    async def _dispatch(self, event: Event, now: float) -> None:
+    def _send(self, event: Event) -> None:
+        """Queue for the active connection; one that takes nothing is dropped."""
+        conn = self._active
+        if conn is not None and not conn.send(event):
+            self._drop(conn, f"it has not taken {OUTBOX_MAX} events")
+
+    def _dispatch(self, event: Event, now: float) -> None:
         kind, data, m = event.type, event.data, self.machine
         if RunSatellite.is_type(kind):
             self._mic_wanted.set()
-            await self._apply(m.run_satellite(now))
+            self._apply(m.run_satellite(now))
         elif PauseSatellite.is_type(kind):
             _LOGGER.info("Paused by Home Assistant")
-            await self._apply(m.pause_satellite(now))
+            self._apply(m.pause_satellite(now))
         elif Pong.is_type(kind):
             pass
         elif AudioStart.is_type(kind):
             fmt = _audio_format(data)
             if fmt is not None:
-                await self._apply(m.audio_start(now, fmt))
+                self._apply(m.audio_start(now, fmt))
         elif AudioChunk.is_type(kind):
-            fmt = _audio_format(data, quiet=True)  # only used if no audio-start came
-            await self._apply(m.audio_chunk(now, event.payload or b"", fmt))
+            fmt = _audio_format(data, quiet=True)
+            self._apply(m.audio_chunk(now, event.payload or b"", fmt))
         elif AudioStop.is_type(kind):
-            await self._apply(m.audio_stop(now))
+            self._apply(m.audio_stop(now))
         elif Transcript.is_type(kind):
             text = data.get("text")
             _LOGGER.info("Transcript: %r", text)
             if self._clock is not None:
                 self._clock.mark_once("transcript", now)
                 self._clock.transcript = str(text or "")
-            await self._apply(m.transcript(now))
+            self._apply(m.transcript(now))
         elif Error.is_type(kind):
             _LOGGER.warning(
                 "Home Assistant pipeline error: %s (%s)", data.get("text"), data.get("code")
             )
             if self._clock is not None:
                 self._clock.fail(f"{data.get('code')}: {data.get('text')}")
-            await self._apply(m.error(now))
+            self._apply(m.error(now))
         elif (what := _progress(kind)) is not None:
             _LOGGER.debug("Home Assistant: %s %s", kind, data)
             if what in ("detection", "transcribe") and m.in_turn is False and m.streaming:
                 self._start_turn()  # remote wake: HA heard its wake word
             if what == "synthesize" and self._clock is not None:
                 self._clock.reply = str(data.get("text") or "")
-            await self._apply(m.progress(now, what))
+            self._apply(m.progress(now, what))
         elif TimerFinished.is_type(kind):
             _LOGGER.info("Timer finished: %s", data.get("id"))
-            await self._apply(m.sound(now, "timer"))
+            self._apply(m.sound(now, "timer"))
         elif any(t.is_type(kind) for t in (TimerStarted, TimerUpdated, TimerCancelled)):
             _LOGGER.info("Timer event %s: %s", kind, data)
         elif RunPipeline.is_type(kind):
@@ -364,7 +578,7 @@ class HaSatellite:
             )
             if any(isinstance(action, state.SendRunPipeline) for action in actions):
                 self._start_turn()
-            await self._apply(actions)
+            self._apply(actions)
         else:
             _LOGGER.debug("Ignoring event %s", kind)
         self._finish_turn()
@@ -394,9 +608,7 @@ class HaSatellite:
             now = time.monotonic()
             if chunk is None:
                 _LOGGER.info("Microphone ended: finishing the turn in flight")
-                async with self._lock:
-                    await self._apply(self.machine.mic_ended(now))
-                    self._finish_turn()
+                self._apply(self.machine.mic_ended(now))
                 return
             try:
                 await self._on_mic_chunk(chunk, now)
@@ -414,34 +626,34 @@ class HaSatellite:
         fired = False
         if self.wake is not None and m.accepts_trigger:
             fired = await self.wake.async_detect(chunk)
-        async with self._lock:
-            if m.streaming:
-                await self._send_mic(chunk)  # before the events: it belongs to this stream
-            if fired:
-                _LOGGER.info("Wake word %s detected", self.wake_name)
-                self._start_turn()
-                await self._apply(m.trigger(now, self.wake_name))
-            for ev in events:
-                if ev.kind is EndpointKind.SPEECH_STARTED:
-                    if self.wake is None and m.accepts_trigger:
-                        self._prespeech = ev.audio  # pre-speech + speech so far, this chunk too
-                        self._start_turn()
-                        if self._clock is not None:
-                            self._clock.mark("speech_start", ev.speech_start)
-                        await self._apply(m.trigger(now))
-                    elif m.streaming:
-                        if self._clock is not None:
-                            self._clock.mark_once("speech_start", ev.speech_start)
-                        await self._apply(m.speech_started(now))
-                elif ev.kind is EndpointKind.ENDPOINT and m.streaming:
+        # From here on nothing waits: the machine sees this chunk's inputs in one go.
+        if m.streaming:
+            self._send_mic(chunk)  # before the events: it belongs to this stream
+        if fired:
+            _LOGGER.info("Wake word %s detected", self.wake_name)
+            self._start_turn()
+            self._apply(m.trigger(now, self.wake_name))
+        for ev in events:
+            if ev.kind is EndpointKind.SPEECH_STARTED:
+                if self.wake is None and m.accepts_trigger:
+                    self._prespeech = ev.audio  # pre-speech + speech so far, this chunk too
+                    self._start_turn()
                     if self._clock is not None:
-                        self._clock.mark("last_voiced", ev.last_voiced)
-                        self._clock.mark("endpoint", ev.time)
-                    await self._apply(m.endpoint(now))
-            self._finish_turn()
+                        self._clock.mark("speech_start", ev.speech_start)
+                    self._apply(m.trigger(now))
+                elif m.streaming:
+                    if self._clock is not None:
+                        self._clock.mark_once("speech_start", ev.speech_start)
+                    self._apply(m.speech_started(now))
+            elif ev.kind is EndpointKind.ENDPOINT and m.streaming:
+                if self._clock is not None:
+                    self._clock.mark("last_voiced", ev.last_voiced)
+                    self._clock.mark("endpoint", ev.time)
+                self._apply(m.endpoint(now))
+        self._finish_turn()
 
-    async def _send_mic(self, audio: bytes) -> None:
-        await self._send(
+    def _send_mic(self, audio: bytes) -> None:
+        self._send(
             AudioChunk(
                 rate=RATE, width=WIDTH, channels=CHANNELS, audio=audio, timestamp=self._stream_ms
             ).event()
@@ -450,19 +662,22 @@ class HaSatellite:
 
     # ---- carrying out the machine's actions --------------------------------------------------
 
-    async def _apply(self, actions: list[state.Action]) -> None:
-        """Run actions in order (called with the lock held)."""
+    def _apply(self, actions: list[state.Action]) -> None:
+        """Hand the actions on, in order; none of them waits."""
+        if self._done.is_set():
+            return  # shutting down: the mic, speaker and connections are being closed
         for action in actions:
             try:
-                await self._do(action)
+                self._do(action)
             except Exception:  # one failed action (a broken speaker) must not skip the rest
                 _LOGGER.exception("Action %s failed", action)
         self._finish_turn()  # the turn clock closes as soon as the machine leaves the turn
 
-    async def _do(self, action: state.Action) -> None:
+    def _do(self, action: state.Action) -> None:
+        speaker = self._speaker
         if isinstance(action, state.SendRunPipeline):
             _LOGGER.info("Starting a run: %s → %s", action.start_stage, action.end_stage)
-            await self._send(
+            self._send(
                 RunPipeline(
                     start_stage=PipelineStage(action.start_stage),
                     end_stage=PipelineStage(action.end_stage),
@@ -471,78 +686,60 @@ class HaSatellite:
                 ).event()
             )
         elif isinstance(action, state.SendDetection):
-            await self._send(Detection(name=action.name).event())
+            self._send(Detection(name=action.name).event())
         elif isinstance(action, state.StartStream):
             self._stream_ms = 0
-            await self._send(
-                AudioStart(rate=RATE, width=WIDTH, channels=CHANNELS, timestamp=0).event()
-            )
+            self._send(AudioStart(rate=RATE, width=WIDTH, channels=CHANNELS, timestamp=0).event())
             prespeech, self._prespeech = self._prespeech, b""
             if action.with_prespeech:
                 for offset in range(0, len(prespeech), CHUNK_BYTES):
-                    await self._send_mic(prespeech[offset : offset + CHUNK_BYTES])
+                    self._send_mic(prespeech[offset : offset + CHUNK_BYTES])
         elif isinstance(action, state.StopStream):
             if action.send_audio_stop:
-                await self._send(AudioStop(timestamp=self._stream_ms).event())
+                self._send(AudioStop(timestamp=self._stream_ms).event())
             _LOGGER.info("Streamed %.2f s of audio", self._stream_ms / 1000)
         elif isinstance(action, state.SendPlayed):
-            await self._send(Played().event())
+            self._send(Played().event())
         elif isinstance(action, state.StartPlayback):
             _LOGGER.info("Playing audio at %s Hz", action.fmt.rate)
         elif isinstance(action, state.PlayAudio):
             if self._clock is not None:
                 self._clock.mark_once("tts_first_audio")
-            fmt = action.fmt
-            await self.sink.play(action.audio, fmt.rate, fmt.width, fmt.channels)
+            if speaker is not None:
+                speaker.play(action.audio, action.fmt)
         elif isinstance(action, state.FinishPlayback):
-            self._playback_task = asyncio.create_task(self._drain(action.generation))
+            if speaker is not None:
+                speaker.finish(action.generation)
         elif isinstance(action, state.StopPlayback):
-            task = self._playback_task
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
-            self._playback_task = None
-            await self.sink.stop()
+            if speaker is not None:
+                speaker.stop()
         elif isinstance(action, state.PlaySound):
-            self._playback_task = asyncio.create_task(
-                self._play_sound(action.generation, action.name)
-            )
+            if speaker is not None:
+                speaker.sound(action.generation, action.name)
         elif isinstance(action, state.ResetDetector):
             self.endpointer.reset()
             if self.wake is not None:
-                await self.wake.async_reset()
+                task = asyncio.create_task(self.wake.async_reset())
+                self._background.add(task)  # keep a reference until it is done
+                task.add_done_callback(self._background.discard)
         elif isinstance(action, state.CloseConnection):
-            conn, self._active = self._active, None
+            conn = self._active
             if conn is not None:
                 _LOGGER.warning("Closing the connection to %s: %s", conn.peer, action.reason)
-                conn.writer.close()
+                self._active = None
+                conn.abort()
         elif isinstance(action, state.Exit):
             self.stop(action.code)
 
-    async def _drain(self, generation: int) -> None:
-        """Wait until the speaker has really played the reply, then tell the machine."""
-        try:
-            await self.sink.drain()
-        except Exception:
-            _LOGGER.exception("The speaker failed while finishing")
-        async with self._lock:
-            now = time.monotonic()
-            clock = self._clock
-            if clock is not None and generation == self.machine.generation:
-                if self.sink.first_sample_at is not None:
-                    clock.mark_once("first_played", self.sink.first_sample_at)
-                clock.mark("playback_done", now)
-            await self._apply(self.machine.playback_done(now, generation))
-            self._finish_turn()
-
-    async def _play_sound(self, generation: int, name: str) -> None:
-        try:
-            pcm, rate, width, channels = await self._load_sound(name)
-            await self.sink.play(pcm, rate, width, channels)
-            await self.sink.drain()
-        except Exception:
-            _LOGGER.exception("Cannot play the %s sound", name)
-        async with self._lock:
-            await self._apply(self.machine.playback_done(time.monotonic(), generation))
+    def _playback_done(self, generation: int, reply: bool) -> None:
+        """The speaker really played playback `generation` (or failed): tell the machine."""
+        now = time.monotonic()
+        clock = self._clock
+        if reply and clock is not None and generation == self.machine.generation:
+            if self.sink.first_sample_at is not None:
+                clock.mark_once("first_played", self.sink.first_sample_at)
+            clock.mark("playback_done", now)
+        self._apply(self.machine.playback_done(now, generation))
 
     async def _load_sound(self, name: str) -> tuple[bytes, int, int, int]:
         if name not in self._sounds:
@@ -640,11 +837,19 @@ async def serve_ha_satellite(settings: SatelliteSettings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, satellite.stop)
+            loop.add_signal_handler(sig, partial(_on_signal, satellite, sig))
     advertiser: Advertiser | None = None
     try:
-        await endpointer.load()  # after listening: describe is answered meanwhile
-        if settings.zeroconf.enabled and isinstance(server, AsyncTcpServer):
+        # After listening: describe is answered meanwhile. A stop does not wait for it.
+        loading = asyncio.ensure_future(endpointer.load())
+        stopping = asyncio.ensure_future(satellite.stopped())
+        await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if loading.done():
+            loading.result()  # raises what the load raised
+        else:
+            loading.cancel()
+        if loading.done() and settings.zeroconf.enabled and isinstance(server, AsyncTcpServer):
             port = urlparse(settings.uri).port or 10700
             advertiser = Advertiser(
                 settings.zeroconf.name or default_name("satellite"),
@@ -660,7 +865,13 @@ async def serve_ha_satellite(settings: SatelliteSettings) -> int:
     finally:
         if advertiser is not None:
             with contextlib.suppress(Exception):
-                await advertiser.stop()
+                # Its goodbye packets are a courtesy: a stop does not wait long for them.
+                await asyncio.wait_for(advertiser.stop(), SHUTDOWN_STEP)
+
+
+def _on_signal(satellite: HaSatellite, sig: signal.Signals) -> None:
+    _LOGGER.info("Stopping on %s", sig.name)
+    satellite.stop()
 
 
 def run_ha_satellite(settings: SatelliteSettings) -> int:

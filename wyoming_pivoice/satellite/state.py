@@ -25,6 +25,10 @@ from enum import Enum
 
 _LOGGER = logging.getLogger(__name__)
 
+# HA streams a reply faster than it plays and has no back-pressure: a peer that never
+# ends one could fill our memory. Past this much audio the rest of the reply is dropped.
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+
 
 class Phase(str, Enum):
     DISCONNECTED = "disconnected"  # no Home Assistant connection
@@ -197,6 +201,7 @@ class SatelliteMachine:
         self._retry_at: float | None = None  # remote wake: re-run after an error
         self._fmt: AudioFormat | None = None
         self._received_seconds = 0.0
+        self._received_bytes = 0
         self._ha_progress = False  # HA reported progress for the run being streamed
         self._speech_seen = False  # our VAD heard the command start in this stream
         self._speech_deadline: float | None = None
@@ -413,6 +418,7 @@ class SatelliteMachine:
         self.playback = Playback.RECEIVING
         self._fmt = fmt
         self._received_seconds = 0.0
+        self._received_bytes = 0
         self._playback_deadline = now + self.timeouts.audio_gap
         actions.append(StartPlayback(self.generation, fmt))
         return actions
@@ -425,8 +431,16 @@ class SatelliteMachine:
             actions = []
         else:
             return []  # after audio-stop, or while a local sound plays with no reply
-        fmt = fmt or self._fmt
+        if self._fmt is not None and fmt is not None and fmt != self._fmt:
+            _LOGGER.warning("Dropping a reply chunk in another format than its audio-start")
+            return actions
+        fmt = self._fmt or fmt
         assert fmt is not None
+        self._received_bytes += len(audio)
+        if self._received_bytes > MAX_REPLY_BYTES:
+            if self._received_bytes - len(audio) <= MAX_REPLY_BYTES:
+                _LOGGER.warning("Reply longer than %d bytes: dropping the rest", MAX_REPLY_BYTES)
+            return actions
         self._received_seconds += len(audio) / max(1, fmt.bytes_per_second)
         self._playback_deadline = now + self.timeouts.audio_gap
         actions.append(PlayAudio(self.generation, audio, fmt))
@@ -556,6 +570,7 @@ class SatelliteMachine:
         self._playback_deadline = None
         self._fmt = None
         self._received_seconds = 0.0
+        self._received_bytes = 0
 
     def _maybe_exit(self) -> list[Action]:
         in_flight = self.phase in (Phase.STREAMING, Phase.WAITING, Phase.RESPONDING)
