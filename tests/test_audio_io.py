@@ -394,8 +394,8 @@ os._exit(0)  # a thread left in a stuck device call would hold up a normal exit
 
 def test_pyaudio_sink_gives_up_on_a_stuck_device_and_reopens_it(tmp_path: Path) -> None:
     """A playback device that stops taking audio (an ALSA stand-in whose data goes to a pipe
-    command that reads nothing) costs that reply, after its length plus 2 s; the next
-    reply opens the device again and plays whole."""
+    command that reads nothing) costs that reply, 2 s after the device took its last piece
+    and at most its length plus 2 s; the next reply opens the device again and plays whole."""
     pcm = tone(3.0, 22050)  # more than a pipe holds
     reply, out, pidfile, stuck = (tmp_path / n for n in ("reply.raw", "out.raw", "pid", "stuck"))
     reply.write_bytes(pcm)
@@ -415,7 +415,8 @@ def test_pyaudio_sink_gives_up_on_a_stuck_device_and_reopens_it(tmp_path: Path) 
     assert proc.stdin is not None and proc.stdout is not None
     try:
         first = float(proc.stdout.readline())
-        assert 3.0 + 2.0 <= first < 3.0 + 2.0 + 1.0, first  # its length + the margin
+        # Fed at real time, the device stops taking it mid-reply: the margin runs from there.
+        assert 2.0 <= first < 3.0 + 2.0 + 1.0, first
         stuck.unlink()
         os.kill(int(pidfile.read_text()), signal.SIGKILL)  # frees the abandoned thread
         proc.stdin.write("\n")
@@ -430,5 +431,5 @@ def test_pyaudio_sink_gives_up_on_a_stuck_device_and_reopens_it(tmp_path: Path) 
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
     assert "the speaker device stopped taking audio" in log.read_text()
-    assert second < 3.0
+    assert second < 3.0 + 2.0  # played at real time, well inside its bound
     assert out.read_bytes() == pcm
