@@ -8,8 +8,9 @@ holds only its own connection, never a model, and is dropped after
 `limits.write_timeout`.
 
 A request that fails ends with an `error` event (nothing else follows for it); a
-streaming synthesis still ends with `synthesize-stopped`, which is what its clients
-wait for. The limits are listed in limits.py.
+streaming synthesis still ends with `synthesize-stopped`, and a failed conversation turn
+sends `not-handled` just before its error: that is what their clients wait for. The
+limits are listed in limits.py.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from wyoming.asr import Transcribe, Transcript, TranscriptChunk, TranscriptStart
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event, async_read_event, async_write_event
-from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop
+from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop, NotHandled
 from wyoming.info import Describe
 from wyoming.ping import Ping, Pong
 from wyoming.server import AsyncEventHandler
@@ -52,6 +53,9 @@ SAMPLES_PER_CHUNK = 1024  # TTS audio-chunk size, as Home Assistant and piper us
 STREAM_MIN_CLAUSE_CHARS = 24
 
 Job = Callable[[], Awaitable[None]]
+
+# What a failed conversation turn answers in-band (the `error` after it says why).
+FAILED_TURN = "Sorry, I could not answer that."
 
 
 class RequestError(Exception):
@@ -400,12 +404,21 @@ class PivoiceEventHandler(AsyncEventHandler):
         stream = self.services.llm.stream(
             lambda llm, cancel: llm.stream(messages, cancel=cancel, pause=pause)
         )
-        async with contextlib.aclosing(stream):
-            async for piece in stream:
-                if first is None:
-                    first = time.monotonic() - start
-                pieces.append(piece)
-                await self.write_event(HandledChunk(text=piece).event())
+        try:
+            async with contextlib.aclosing(stream):
+                async for piece in stream:
+                    if first is None:
+                        first = time.monotonic() - start
+                    pieces.append(piece)
+                    await self.write_event(HandledChunk(text=piece).event())
+        except (ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception:
+            # Home Assistant ignores `error` and reads until handled/not-handled: give it
+            # its answer first, then the error (with the reason) ends the turn.
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self.write_event(NotHandled(text=FAILED_TURN, context=context).event())
+            raise
         reply = "".join(pieces).strip()
         store.record(conversation_id, text, reply, turn_id)
         # Home Assistant reads only the final `handled`; streaming clients get both.
