@@ -191,6 +191,10 @@ def render(result: dict[str, Any]) -> str:
     for key, section in (("peers", render_peers), ("knobs", render_knobs), ("soak", render_soak)):
         if result.get(key):
             out.extend(section(result[key]))
+    if result.get("remote_llm"):
+        from .remote import render as render_remote
+
+        out.extend(render_remote(result["remote_llm"]))
     return "\n".join(out).rstrip() + "\n"
 
 
