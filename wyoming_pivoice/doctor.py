@@ -41,7 +41,6 @@ CHECKS = (
     "model-voice",
     "model-llm",
     "model-vad",
-    "llm-remote",
 )
 
 
@@ -133,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         from .doctor_remote import check_remote_llm
         from .server.cli import remote_llm_from_args
 
+        # Last, and only when asked: it talks to another machine (doctor_remote.py).
         findings.append(check_remote_llm(remote_llm_from_args(args)))  # type: ignore[arg-type]
     sys.stdout.write((render_json if args.json else render_text)(findings) + "\n")
     return exit_code(findings)
