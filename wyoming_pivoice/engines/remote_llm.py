@@ -80,6 +80,9 @@ class RemoteChat:
             timeout=Timeout(settings.timeout, connect=min(settings.timeout, CONNECT_TIMEOUT_S)),
         )
         self._model = settings.model
+        # The HTTP library logs every request at INFO: one line per turn in the server's log.
+        for name in ("httpx", "httpx2"):
+            logging.getLogger(name).setLevel(logging.WARNING)
 
     @property
     def name(self) -> str:
