@@ -86,14 +86,23 @@ async def answered(client: AsyncTcpClient, text: str, conversation_id: str | Non
     return reply
 
 
-async def failed(client: AsyncTcpClient, text: str) -> str:
-    """A turn that fails: `not-handled` (what Home Assistant waits for), then the error."""
-    await client.write_event(turn(text))
-    replies = await read_until(client, "handled-stop", "error")
+async def failure(client: AsyncTcpClient, timeout: float = 30) -> tuple[list[str], str]:
+    """The rest of a failed turn: it ends with both `not-handled` (what Home Assistant waits
+    for) and an `error` (the reason), in either order; (event types, the error's text)."""
+    replies = await read_until(client, "not-handled", "error", "handled-stop", timeout=timeout)
+    end = {"not-handled": "error", "error": "not-handled"}.get(replies[-1].type)
+    assert end is not None, [e.type for e in replies]
+    replies += await read_until(client, end, "handled-stop", timeout=timeout)
     types = [e.type for e in replies]
-    assert types[-2:] == ["not-handled", "error"], types
-    assert "handled" not in types
-    return replies[-1].data["text"]
+    assert sorted(types[-2:]) == ["error", "not-handled"], types
+    assert "handled" not in types and "handled-stop" not in types
+    return types, next(e.data["text"] for e in replies if e.type == "error")
+
+
+async def failed(client: AsyncTcpClient, text: str) -> str:
+    """A turn that fails; the error's text."""
+    await client.write_event(turn(text))
+    return (await failure(client))[1]
 
 
 @pytest.fixture(scope="module")
@@ -138,10 +147,8 @@ async def test_engine_killed_mid_reply_then_back(running: LlamaServer, pivoice: 
         assert first[-1].type == "handled-chunk", [e.type for e in first]
         running.kill()
         killed = time.monotonic()
-        rest = await read_until(client, "handled-stop", "error", timeout=30)
-        types = [e.type for e in rest]
-        assert types[-2:] == ["not-handled", "error"], types
-        assert "connection lost mid-reply" in rest[-1].data["text"]
+        _, error = await failure(client)
+        assert "connection lost mid-reply" in error
         assert time.monotonic() - killed < 5  # noticed at once, not after the timeout
 
         # Down: the turn fails at once, with the reason.

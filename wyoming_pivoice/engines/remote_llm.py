@@ -34,6 +34,7 @@ FALLBACKS = ("none", "local")
 # Connecting takes milliseconds on a LAN; a host that does not answer should not cost the
 # whole timeout before the fallback can answer.
 CONNECT_TIMEOUT_S = 3.0
+TEMPLATE_TOKENS = 8  # a chat template's markers around one message, generously
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,19 @@ class RemoteChat:
     @property
     def name(self) -> str:
         return self._model or "(the first model the engine lists)"
+
+    @property
+    def context_size(self) -> int:
+        """The engine's context window as configured here (--llm-context): the API does not
+        say it the same way on every engine."""
+        return self.llm.context
+
+    def count_tokens(self, messages: list[Message]) -> int:
+        """An upper bound of the prompt's tokens, without the engine's tokenizer: a byte-level
+        or byte-fallback tokenizer spends at most one token per UTF-8 byte, plus a few for
+        each message's template markers. It overcounts English about fourfold, so a history
+        fitted with it is trimmed early rather than overflowing the engine's context."""
+        return sum(len(m["content"].encode("utf-8")) + TEMPLATE_TOKENS for m in messages) + 2
 
     async def models(self) -> list[str]:
         """The model ids the engine lists (GET /models)."""
