@@ -22,6 +22,7 @@ from wyoming.event import Event
 from wyoming.info import Describe
 from wyoming.server import AsyncTcpServer
 
+from wyoming_pivoice.bench import remote as bench_remote
 from wyoming_pivoice.doctor_base import Status
 from wyoming_pivoice.doctor_remote import check_remote_llm
 from wyoming_pivoice.engines.remote_llm import RemoteLlmSettings
@@ -251,3 +252,28 @@ async def test_fallback_answers_with_the_local_model_while_the_engine_is_down(
     # The fallback's answer is in the conversation like any other.
     history = services.conversations.messages("fallback", "next")
     assert [m["content"] for m in history[1:3]] == ["What is the capital of France?", reply]
+
+
+async def test_bench_compares_the_remote_engine_with_the_local_one(
+    running: LlamaServer, pivoice: int, server_port: int
+) -> None:
+    """`bench --server-arg=--llm-url=…`'s section, on the two real servers (one round)."""
+    texts = ["What time is it?"]
+    uris = {"remote": f"tcp://127.0.0.1:{pivoice}", "local": f"tcp://127.0.0.1:{server_port}"}
+    section = await bench_remote.compare(texts, uris, rounds=1)
+    for name in ("remote", "local"):
+        summary = section["summary"][name]
+        assert summary["errors"] == 0 and summary["turns"] == 1
+        assert summary["first_ms"]["median"] > 0 and summary["pieces"]["median"] >= 1
+    assert section["overhead"]["first_ms"] is not None
+    section.update(url=running.url, remote_model=MODEL_ALIAS, local_model="SmolLM2")
+    text = "\n".join(bench_remote.render(section))
+    assert "Remote overhead (remote − local, medians): first piece" in text
+
+
+def test_bench_runs_the_local_twin_without_the_remote_options() -> None:
+    args = ["--llm-url=http://h:8080/v1", "--max-tokens", "64", "--llm-remote-model", "m",
+            "--llm-fallback=local", "--llm-timeout", "5", "--asr-beam-size=2"]  # fmt: skip
+    assert bench_remote.uses_remote(args)
+    assert bench_remote.without_remote(args) == ["--max-tokens", "64", "--asr-beam-size=2"]
+    assert not bench_remote.uses_remote(["--llm-model", "x.gguf"])
