@@ -103,7 +103,8 @@ def run(options: BenchOptions) -> dict[str, Any]:
             for c in configs
         },
     }
-    if configs or options.peers or options.soak:
+    remote_llm = bool(options.rounds) and remote.uses_remote(options.server_args)
+    if configs or options.peers or options.soak or remote_llm:
         _server_sections(result, options, utterances, configs, workdir)
     if options.knobs:
         from . import knobs
