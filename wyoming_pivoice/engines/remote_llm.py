@@ -133,10 +133,10 @@ class RemoteChat:
         iteration is what cancels here, and the remote's compute does not compete with
         Piper for the Pi's cores, so there is nothing to pause for.
         """
-        loop = asyncio.get_running_loop()
+        timeout = self.settings.timeout
         started = finished = False
         try:
-            async with asyncio.timeout(self.settings.timeout) as deadline:
+            async with asyncio.timeout(timeout):
                 stream = await self.client.chat.completions.create(
                     model=await self.model(),
                     messages=messages,  # type: ignore[arg-type]
@@ -144,16 +144,22 @@ class RemoteChat:
                     temperature=self.llm.temperature,
                     stream=True,
                 )
-                # Leaving this block (the end, an error, a cancelled turn) closes the
-                # response, and with it the connection the engine is writing to.
-                async with stream:
-                    async for chunk in stream:
-                        piece, done = _read_chunk(chunk)
-                        finished = finished or done
-                        if piece:
-                            started = True
-                            yield piece
-                        deadline.reschedule(loop.time() + self.settings.timeout)
+            # Leaving this block (the end, an error, a cancelled turn) closes the response,
+            # and with it the connection the engine is writing to.
+            async with stream:
+                chunks = aiter(stream)
+                while True:  # to the stream's end: the connection is then reused
+                    # Only the engine's wait is timed, never the consumer's between pieces.
+                    async with asyncio.timeout(timeout):
+                        try:
+                            chunk = await anext(chunks)
+                        except StopAsyncIteration:
+                            break
+                    piece, done = _read_chunk(chunk)
+                    finished = finished or done
+                    if piece:
+                        started = True
+                        yield piece
         except RemoteLlmError:
             raise
         except Exception as err:
