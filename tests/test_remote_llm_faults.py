@@ -193,3 +193,13 @@ async def _until(client: AsyncTcpClient, *ends: str) -> tuple[list[str], Event]:
             types.append(event.type)
             if event.type in ends:
                 return types, event
+
+
+async def test_a_slow_consumer_is_not_the_engine_timing_out(stand_in: StandInEngine) -> None:
+    """The timeout bounds the engine's waits only: a handler that takes longer than it to
+    write a piece out (a slow client) does not end the reply."""
+    pieces = []
+    async for piece in chat(stand_in.url).stream([{"role": "user", "content": "Hi"}]):
+        pieces.append(piece)
+        await asyncio.sleep(TIMEOUT * 1.5)  # stands for a write to a client reading slowly
+    assert "".join(pieces) == "Hello there."
