@@ -201,6 +201,8 @@ class RemoteChat:
             text = f"{where} sent nothing for {self.settings.timeout:g} s ({when})"
         elif isinstance(err, APIStatusError):
             text = f"{where} answered HTTP {err.status_code} ({when}): {_short(err.message)}"
+            if err.status_code == 404:
+                text += " (most engines' API base ends in /v1; is the model name right?)"
         elif isinstance(err, APIConnectionError):
             cause = _root_cause(err)
             reason = _short(str(cause)) or type(cause).__name__
