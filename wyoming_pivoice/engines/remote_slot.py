@@ -28,6 +28,9 @@ from .runtime import ModelSlot
 
 _LOGGER = logging.getLogger(__name__)
 
+PROBE_RETRY_S = 5.0  # first wait before the start-up probe asks an engine that failed it again
+PROBE_RETRY_MAX_S = 60.0
+
 
 class RemoteLlmSlot:
     def __init__(
@@ -53,14 +56,19 @@ class RemoteLlmSlot:
             self.fallback.start_loading()
 
     async def _check(self) -> None:
-        """Down at start is not fatal: every turn asks again."""
+        """Down (or still loading its model) at start is not fatal: every turn asks again, and
+        so does this probe, backing off, until the engine has answered once (warm)."""
         start = time.monotonic()
         _LOGGER.info("Loading %s", self.name)
-        try:
-            probe = await self.remote.probe()
-        except RemoteLlmError as err:
-            _LOGGER.warning("%s; each turn will try again", err)
-            return
+        delay = PROBE_RETRY_S
+        while True:
+            try:
+                probe = await self.remote.probe()
+                break
+            except RemoteLlmError as err:
+                _LOGGER.warning("%s; each turn tries again, this probe in %.0f s", err, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, PROBE_RETRY_MAX_S)
         self.load_seconds = time.monotonic() - start
         _LOGGER.info(
             "Loaded %s in %.2f s (model %r, first piece %.3f s)",
