@@ -39,7 +39,9 @@ class LlamaServer:
             sys.executable, "-m", "llama_cpp.server",
             "--model", str(EMBEDDED_LLM.locate()), "--model_alias", MODEL_ALIAS,
             "--host", "127.0.0.1", "--port", str(self.port),
+            # One thread for the prompt too: its default (all cores) crawls on a busy 2-core box.
             "--n_ctx", "2048", "--n_threads", str(self.threads),
+            "--n_threads_batch", str(self.threads),
             # Off, so that a new request never cuts a stream short: a stream that ends
             # early in these tests was ended by its client.
             "--interrupt_requests", "False",

@@ -220,6 +220,10 @@ async def with_fallback(running: LlamaServer) -> AsyncIterator[tuple[int, Servic
     assert isinstance(slot, RemoteLlmSlot)
     slot.retry_after_s = 0.0  # try the engine again at every turn: it is back below
     slot.start_loading()
+    # Its start-up probe has reached the engine (the test counts the requests after it).
+    async with asyncio.timeout(60):
+        while not (slot.loaded and slot.fallback is not None and slot.fallback.loaded):
+            await asyncio.sleep(0.05)
     port = free_port()
     server = AsyncTcpServer("127.0.0.1", port)
     await server.start(partial(PivoiceEventHandler, services))
