@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -48,7 +49,12 @@ class LlamaServer:
         ]  # fmt: skip
         with open(self.log, "a") as out:
             self.proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                # Its "Disconnected" is a print(): unbuffered, it is in the log when it happens.
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
         wait_for_port(self.port, self.proc, timeout=60)
 
@@ -77,6 +83,9 @@ class LlamaServer:
         deadline = time.monotonic() + timeout
         while self.count(needle) <= more_than:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{needle!r} not in the engine's log after {timeout:.0f} s")
+                raise TimeoutError(
+                    f"{needle!r} not in the engine's log after {timeout:.0f} s; its end:\n"
+                    + self.text()[-3000:]
+                )
             await asyncio.sleep(0.01)
         return time.monotonic()
