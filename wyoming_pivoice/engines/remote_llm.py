@@ -34,6 +34,7 @@ FALLBACKS = ("none", "local")
 # Connecting takes milliseconds on a LAN; a host that does not answer should not cost the
 # whole timeout before the fallback can answer.
 CONNECT_TIMEOUT_S = 3.0
+PROBE_TIMEOUT_S = 120.0
 TEMPLATE_TOKENS = 8  # a chat template's markers around one message, generously
 
 
@@ -126,14 +127,17 @@ class RemoteChat:
         max_tokens: int | None = None,
         cancel: threading.Event | None = None,
         pause: Callable[[], None] | None = None,
+        *,
+        timeout: float | None = None,
     ) -> AsyncIterator[str]:
         """Yield the reply's text pieces as the engine streams them.
 
         `cancel` and `pause` are there for the local engine's signature: leaving this
         iteration is what cancels here, and the remote's compute does not compete with
-        Piper for the Pi's cores, so there is nothing to pause for.
+        Piper for the Pi's cores, so there is nothing to pause for. `timeout` overrides
+        the configured one (the warm-up probe waits longer).
         """
-        timeout = self.settings.timeout
+        timeout = timeout or self.settings.timeout
         started = finished = False
         try:
             async with asyncio.timeout(timeout):
@@ -163,7 +167,7 @@ class RemoteChat:
         except RemoteLlmError:
             raise
         except Exception as err:
-            raise self._error(err, started) from err
+            raise self._error(err, started, timeout=timeout) from err
         if not finished:
             # A body that ends without a finish reason was cut short, or was never a
             # chat-completions stream (a web page, another API).
@@ -175,7 +179,8 @@ class RemoteChat:
 
     async def probe(self) -> Probe:
         """List the models, then time a one-token reply (it also warms the engine's cache
-        for the system prompt)."""
+        for the system prompt). It waits up to PROBE_TIMEOUT_S for the reply: an engine's
+        first request may load the model (Ollama does) or run cold."""
         start = time.monotonic()
         models = await self.models()
         if self._model is None and models:
@@ -186,19 +191,22 @@ class RemoteChat:
         ]
         asked = time.monotonic()
         first: float | None = None
-        async for _piece in self.stream(messages, max_tokens=1):
+        timeout = max(self.settings.timeout, PROBE_TIMEOUT_S)
+        async for _piece in self.stream(messages, max_tokens=1, timeout=timeout):
             first = first or time.monotonic() - asked
         end = time.monotonic()
         return Probe(models, await self.model(), first or end - asked, end - start)
 
-    def _error(self, err: BaseException, started: bool, doing: str = "") -> RemoteLlmError:
+    def _error(
+        self, err: BaseException, started: bool, doing: str = "", timeout: float | None = None
+    ) -> RemoteLlmError:
         """A clear sentence for what went wrong with the engine."""
         from openai import APIConnectionError, APIStatusError, APITimeoutError
 
         where = f"remote LLM at {self.url}"
         when = "mid-reply" if started else (doing or "before the first word of the reply")
         if isinstance(err, (TimeoutError, APITimeoutError)):
-            text = f"{where} sent nothing for {self.settings.timeout:g} s ({when})"
+            text = f"{where} sent nothing for {timeout or self.settings.timeout:g} s ({when})"
         elif isinstance(err, APIStatusError):
             text = f"{where} answered HTTP {err.status_code} ({when}): {_short(err.message)}"
             if err.status_code == 404:
