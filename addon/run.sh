@@ -72,6 +72,15 @@ build_server_args() {
     if bashio::config.true 'llm_lazy'; then
         server_args+=(--llm-lazy)
     fi
+    # The conversation on a bigger machine's OpenAI-compatible engine; the key goes by
+    # environment, so it is neither in the process list nor in the "Starting" log line.
+    add_optional server_args --llm-url llm_url
+    add_optional server_args --llm-remote-model llm_remote_model
+    add_optional server_args --llm-fallback llm_fallback
+    if bashio::config.has_value 'llm_api_key'; then
+        PIVOICE_LLM_API_KEY="$(bashio::config 'llm_api_key')"
+        export PIVOICE_LLM_API_KEY
+    fi
 }
 
 build_satellite_args() {

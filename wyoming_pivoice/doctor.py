@@ -35,6 +35,7 @@ from .doctor_system import (
     check_zswap,
     probe_llama,
 )
+from .engines.remote_llm import RemoteLlmSettings
 from .models import EMBEDDED
 
 CHECKS = (
@@ -76,6 +77,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     models.add_argument("--voice", default=EMBEDDED)
     models.add_argument("--voice-dir", action="append", default=[])
     models.add_argument("--llm-model", default=EMBEDDED)
+    remote = parser.add_argument_group("the remote LLM engine, if the server uses one")
+    remote.add_argument("--llm-url", default=None)
+    remote.add_argument("--llm-api-key", default=None, help="else $PIVOICE_LLM_API_KEY")
+    remote.add_argument("--llm-remote-model", default=None)
+    remote.add_argument("--llm-timeout", type=float, default=RemoteLlmSettings.timeout)
     parser.set_defaults(func=run)
 
 
@@ -147,5 +153,11 @@ def run(args: argparse.Namespace) -> int:
     )
     echo = EchoChoice(aec=not args.no_aec, barge_in=not args.no_barge_in)
     findings = run_checks(machine, choice, None if args.no_audio else probe_pyaudio, echo)
+    if args.llm_url:
+        from .doctor_remote import check_remote_llm
+        from .server.cli import remote_llm_from_args
+
+        # Last, and only when asked: it talks to another machine (doctor_remote.py).
+        findings.append(check_remote_llm(remote_llm_from_args(args)))  # type: ignore[arg-type]
     sys.stdout.write((render_json if args.json else render_text)(findings) + "\n")
     return exit_code(findings)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from .engines.asr import AsrSettings
 from .engines.llm import LlmSettings
+from .engines.remote_llm import RemoteLlmSettings
 from .engines.tts import TtsSettings
 from .server.limits import Limits
 
@@ -25,6 +26,7 @@ class ServerSettings:
     asr: AsrSettings = field(default_factory=AsrSettings)
     tts: TtsSettings = field(default_factory=TtsSettings)
     llm: LlmSettings = field(default_factory=LlmSettings)
+    remote_llm: RemoteLlmSettings | None = None  # --llm-url: the conversation runs there
     llm_lazy: bool = False
     audio_first: bool = True  # the LLM waits while Piper synthesizes (engines/priority.py)
     llm_languages: tuple[str, ...] = ("en",)

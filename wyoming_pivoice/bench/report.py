@@ -195,6 +195,10 @@ def render(result: dict[str, Any]) -> str:
         from .room import render as render_room
 
         out.extend(render_room(result["room"]))
+    if result.get("remote_llm"):
+        from .remote import render as render_remote
+
+        out.extend(render_remote(result["remote_llm"]))
     return "\n".join(out).rstrip() + "\n"
 
 

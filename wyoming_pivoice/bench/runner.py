@@ -27,8 +27,9 @@ from ..engines.asr import AsrSettings
 from ..engines.llm import LlmSettings
 from ..engines.tts import TtsSettings
 from ..satellite.settings import SatelliteSettings, VadSettings
+from ..settings import ServerSettings
 from . import corpus as corpus_mod
-from . import procstats, report, servers
+from . import procstats, remote, report, servers
 from .progress import Progress
 from .rig import Config, Rig, TurnOutcome
 
@@ -103,7 +104,8 @@ def run(options: BenchOptions) -> dict[str, Any]:
             for c in configs
         },
     }
-    if configs or options.peers or options.soak:
+    remote_llm = bool(options.rounds) and remote.uses_remote(options.server_args)
+    if configs or options.peers or options.soak or remote_llm:
         _server_sections(result, options, utterances, configs, workdir)
     if options.room:
         result["room"] = _room(options, utterances, workdir)
@@ -205,6 +207,8 @@ def _server_sections(
             from .soak import soak
 
             result["soak"] = asyncio.run(soak(server, utterances, options))
+        if options.rounds and server.proc is not None and remote.uses_remote(options.server_args):
+            result["remote_llm"] = _remote_overhead(options, utterances, server, workdir)
 
 
 def _room(options: BenchOptions, utterances: list, workdir: Path) -> dict[str, Any]:
@@ -234,16 +238,59 @@ def _proc(after: procstats.ProcSample, before: procstats.ProcSample, turns: int)
     }
 
 
-def _engine_settings(server_args: list[str]) -> tuple[AsrSettings, LlmSettings, TtsSettings]:
-    """The engine settings the server runs with (its CLI parsed with the bench's extra args)."""
+def _server_settings(server_args: list[str]) -> ServerSettings:
+    """The settings the server runs with (its CLI parsed with the bench's extra args)."""
     import argparse
 
     from ..server import cli as server_cli
 
     parser = argparse.ArgumentParser()
     server_cli.add_parser(parser.add_subparsers())
-    settings = server_cli.settings_from_args(parser.parse_args(["server", *server_args]))
+    return server_cli.settings_from_args(parser.parse_args(["server", *server_args]))
+
+
+def _engine_settings(server_args: list[str]) -> tuple[AsrSettings, LlmSettings, TtsSettings]:
+    settings = _server_settings(server_args)
     return settings.asr, settings.llm, settings.tts
+
+
+def _remote_overhead(
+    options: BenchOptions,
+    utterances: list[corpus_mod.Utterance],
+    server: servers.Child,
+    workdir: Path,
+) -> dict[str, Any]:
+    """The bench's server (remote engine) against a twin on the local engine, same turns."""
+    from ..engines.remote_llm import RemoteChat, RemoteLlmError
+    from ..models import resolve_llm
+
+    settings = _server_settings(options.server_args)
+    assert settings.remote_llm is not None
+    try:
+        remote_model = asyncio.run(RemoteChat(settings.remote_llm, settings.llm).model())
+    except RemoteLlmError as err:
+        remote_model = f"? ({err})"
+    texts = [u.text for u in utterances]
+    local_args = remote.without_remote(options.server_args)
+    with servers.pivoice_server(workdir / "server-local.log", local_args) as local:
+        asyncio.run(servers.warm(local.uri))
+        bar = Progress(options.rounds * len(texts) * 2, "remote LLM")
+        section = asyncio.run(
+            remote.compare(
+                texts,
+                {"remote": server.uri, "local": local.uri},
+                options.rounds,
+                options.turn_timeout,
+                bar.step,
+            )
+        )
+    section.update(
+        url=settings.remote_llm.url,
+        remote_model=remote_model,
+        local_model=resolve_llm(settings.llm.model).stem,
+        local_server_args=local_args,
+    )
+    return section
 
 
 async def _latency(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 
 from ..engines.asr import AsrSettings
 from ..engines.llm import LlmSettings
+from ..engines.remote_llm import FALLBACKS, RemoteLlmSettings
 from ..engines.tts import TtsSettings
 from ..models import EMBEDDED
 from ..settings import DEFAULT_SERVER_URI, ServerSettings, ZeroconfSettings
@@ -92,6 +94,37 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="let the LLM run on while Piper synthesizes (by default it waits: audio first)",
     )
 
+    remote = parser.add_argument_group(
+        "conversation on a bigger machine (an OpenAI-compatible engine: llama-server, Ollama, vLLM)"
+    )
+    remote.add_argument(
+        "--llm-url",
+        default=None,
+        help="API base of the engine, e.g. http://192.168.1.20:8080/v1; the conversation runs "
+        "there (ASR and TTS stay here)",
+    )
+    remote.add_argument(
+        "--llm-api-key",
+        default=None,
+        help="its API key, if it wants one; else $PIVOICE_LLM_API_KEY (which keeps the key "
+        "out of the process list)",
+    )
+    remote.add_argument(
+        "--llm-remote-model", default=None, help="model to ask for; default: the first it lists"
+    )
+    remote.add_argument(
+        "--llm-timeout",
+        type=float,
+        default=RemoteLlmSettings.timeout,
+        help="seconds to connect, to the first piece of a reply, and between pieces",
+    )
+    remote.add_argument(
+        "--llm-fallback",
+        choices=FALLBACKS,
+        default="none",
+        help="local: the local model (--llm-model) answers while the engine cannot",
+    )
+
     limits = parser.add_argument_group("limits")
     limits.add_argument("--max-audio-seconds", type=float, default=Limits.max_audio_seconds)
     limits.add_argument("--max-text-chars", type=int, default=Limits.max_text_chars)
@@ -164,6 +197,7 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
             max_tokens=args.max_tokens,
             system_prompt=args.system_prompt,
         ),
+        remote_llm=remote_llm_from_args(args),
         llm_lazy=args.llm_lazy,
         audio_first=not args.no_audio_first,
         llm_languages=tuple(args.llm_language or ["en"]),
@@ -181,6 +215,19 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
         zeroconf=ZeroconfSettings(
             enabled=not args.no_zeroconf, name=args.zeroconf_name, host=args.zeroconf_host
         ),
+    )
+
+
+def remote_llm_from_args(args: argparse.Namespace) -> RemoteLlmSettings | None:
+    """The remote engine's settings from the server's (or doctor's) options, if --llm-url."""
+    if not args.llm_url:
+        return None
+    return RemoteLlmSettings(
+        url=args.llm_url,
+        api_key=args.llm_api_key or os.environ.get("PIVOICE_LLM_API_KEY") or None,
+        model=args.llm_remote_model or None,
+        timeout=args.llm_timeout,
+        fallback=getattr(args, "llm_fallback", "none"),
     )
 
 

@@ -8,6 +8,7 @@ entities when its info lists one. The satellite is its own endpoint.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,16 +54,32 @@ class ServiceDescription:
     asr: ModelDescription
     voice: VoiceDescription
     llm: ModelDescription
+    # --llm-url: which engine answers, said in the handle program's description.
+    remote_llm: str | None = None
+    answering: Callable[[], str] | None = None
 
     @classmethod
-    def from_settings(cls, settings: ServerSettings) -> ServiceDescription:
+    def from_settings(
+        cls, settings: ServerSettings, answering: Callable[[], str] | None = None
+    ) -> ServiceDescription:
+        remote = settings.remote_llm
+        if remote is None:
+            llm_name = resolve_llm(settings.llm.model).stem
+        else:
+            llm_name = remote.model or "remote"
         return cls(
             asr=_describe_whisper(settings),
             voice=_describe_voice(settings),
-            llm=ModelDescription(
-                name=resolve_llm(settings.llm.model).stem, languages=list(settings.llm_languages)
-            ),
+            llm=ModelDescription(name=llm_name, languages=list(settings.llm_languages)),
+            remote_llm=None if remote is None else _remote_engine(settings),
+            answering=answering,
         )
+
+    def _handle_description(self) -> str:
+        if self.remote_llm is None:
+            return "Local LLM conversation (llama.cpp) on wyoming-pivoice"
+        now = f"; now answering: {self.answering()}" if self.answering is not None else ""
+        return f"Conversation on {self.remote_llm}, through wyoming-pivoice{now}"
 
     def info(self) -> Info:
         return Info(
@@ -110,14 +127,16 @@ class ServiceDescription:
             handle=[
                 HandleProgram(
                     name="pivoice-llama",
-                    description="Local LLM conversation (llama.cpp) on wyoming-pivoice",
+                    description=self._handle_description(),
                     attribution=_LLAMA,
                     installed=True,
                     version=__version__,
                     models=[
                         HandleModel(
                             name=self.llm.name,
-                            description=f"GGUF {self.llm.name}",
+                            description=f"GGUF {self.llm.name}"
+                            if self.remote_llm is None
+                            else f"{self.llm.name} on {self.remote_llm}",
                             attribution=_PIVOICE,
                             installed=True,
                             version=None,
@@ -128,6 +147,15 @@ class ServiceDescription:
                 )
             ],
         )
+
+
+def _remote_engine(settings: ServerSettings) -> str:
+    remote = settings.remote_llm
+    assert remote is not None
+    text = f"the OpenAI-compatible engine at {remote.url}"
+    if remote.fallback == "local":
+        text += f" (the local {resolve_llm(settings.llm.model).stem} answers while it cannot)"
+    return text
 
 
 def _describe_whisper(settings: ServerSettings) -> ModelDescription:

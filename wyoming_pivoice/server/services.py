@@ -10,6 +10,8 @@ from ..conversation import ConversationStore
 from ..engines.asr import WhisperAsr
 from ..engines.llm import LlamaChat
 from ..engines.priority import AudioFirst
+from ..engines.remote_llm import RemoteChat
+from ..engines.remote_slot import RemoteLlmSlot
 from ..engines.runtime import ModelSlot
 from ..engines.tts import PiperTts
 from ..settings import ServerSettings
@@ -25,13 +27,23 @@ def warmed(engine: E) -> E:
     return engine
 
 
+def llm_slot(settings: ServerSettings) -> ModelSlot[LlamaChat] | RemoteLlmSlot:
+    """The local model, or with --llm-url the remote engine (the local model as its fallback)."""
+    local = ModelSlot("LLM (llama.cpp)", lambda: warmed(LlamaChat(settings.llm)))
+    remote = settings.remote_llm
+    if remote is None:
+        return local
+    fallback = local if remote.fallback == "local" else None
+    return RemoteLlmSlot(RemoteChat(remote, settings.llm), fallback)
+
+
 @dataclass
 class Services:
     settings: ServerSettings
     description: ServiceDescription
     asr: ModelSlot[WhisperAsr]
     tts: ModelSlot[PiperTts]
-    llm: ModelSlot[LlamaChat]
+    llm: ModelSlot[LlamaChat] | RemoteLlmSlot
     conversations: ConversationStore
     connections: ConnectionTable
     audio_first: AudioFirst = field(default_factory=AudioFirst)
@@ -40,12 +52,14 @@ class Services:
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> Services:
+        llm = llm_slot(settings)
+        answering = (lambda: llm.answering) if isinstance(llm, RemoteLlmSlot) else None
         return cls(
             settings=settings,
-            description=ServiceDescription.from_settings(settings),
+            description=ServiceDescription.from_settings(settings, answering),
             asr=ModelSlot("ASR (faster-whisper)", lambda: warmed(WhisperAsr(settings.asr))),
             tts=ModelSlot("TTS (piper)", lambda: warmed(PiperTts(settings.tts))),
-            llm=ModelSlot("LLM (llama.cpp)", lambda: warmed(LlamaChat(settings.llm))),
+            llm=llm,
             conversations=ConversationStore(settings.llm.system_prompt),
             connections=ConnectionTable(
                 settings.limits.max_clients, settings.limits.max_clients_per_host
