@@ -72,6 +72,7 @@ class EndpointLogic:
         self.neg_threshold = max(0.0, settings.threshold - HYSTERESIS)
         self.silence_frames = max(1, _frames(settings.silence_ms))
         self.min_speech_frames = max(1, _frames(settings.min_speech_ms))
+        self.echo_min_speech_frames = max(1, _frames(settings.echo_min_speech_ms))
         speculate = _frames(settings.speculate_ms) if settings.speculate_ms > 0 else 0
         self.speculate_frames = speculate if 0 < speculate < self.silence_frames else 0
         pad = _frames(settings.pad_ms)
@@ -178,7 +179,8 @@ class EndpointLogic:
         self._last_voiced = now
 
     def _maybe_start(self, now: float) -> list[EndpointEvent]:
-        if self._voiced < self.min_speech_frames:
+        clear = self.hearing is Hearing.CLEAR
+        if self._voiced < (self.min_speech_frames if clear else self.echo_min_speech_frames):
             return []
         self._state = "speech"
         self._speculating = False

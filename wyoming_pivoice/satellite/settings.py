@@ -31,8 +31,11 @@ class SndSettings:
 @dataclass(frozen=True)
 class VadSettings:
     threshold: float = 0.5
-    # While a reply (or its echo's tail) may be heard, speech must reach this to start.
+    # While a reply (or its echo's tail) may be heard, speech must reach this to start, for
+    # this long: what AEC3 leaves of the echo comes in bursts (Silero ≤ 0.68 once settled,
+    # up to 0.99 for ~250 ms when it leaks), a voice over the reply goes on.
     echo_threshold: float = 0.85
+    echo_min_speech_ms: int = 250
     silence_ms: int = 300  # the silence window that ends an utterance
     prespeech_ms: int = 300  # audio kept from before the speech started
     min_speech_ms: int = 150  # shorter blips never start an utterance
