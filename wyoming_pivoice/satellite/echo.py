@@ -12,13 +12,14 @@ So AEC3 gets exactly one render frame per capture frame, in real-time order (no 
 that would overrun its render buffer), and the reference never comes later than its echo:
 a piece is due no later than it really plays, and a chunk is read no sooner than it was
 captured. What is left — the device's buffering, the room's acoustic delay — is a
-positive delay, which AEC3's delay estimator finds (measured here up to 240 ms).
+positive delay, which AEC3's delay estimator finds (measured here: 400 ms, not 500 ms).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -36,8 +37,6 @@ FRAME = RATE // 100  # AEC3 takes 10 ms frames
 # later than that, the gap between them is silence.
 JOIN_SECONDS = 0.05
 KEEP_SECONDS = 2.0  # reference history kept behind the capture position
-# Re-anchor the capture position on the clock when counting samples drifts this far
-# (a mic restart, dropped audio).
 CAPTURE_WINDOW_SECONDS = 5.0  # see CaptureClock
 # After the reference falls silent, its echo may still arrive for this long
 # (the device's buffer, the acoustic delay, the room's tail).
@@ -315,8 +314,6 @@ class EchoCancelledSource:
         await self.source.open()  # type: ignore[attr-defined]
 
     async def read(self) -> bytes | None:
-        import time
-
         chunk = await self.source.read()  # type: ignore[attr-defined]
         if chunk is None:
             return None
