@@ -234,8 +234,9 @@ def test_barge_in_silences_a_command_speaker_at_once(server_port: int, tmp_path:
     first = tmp_path / "played-1"
     with standalone(server_port, tmp_path, speaker, "Tell me a long story about a dragon.") as sat:
         sat.speak()
-        # Once the reply has played for half a second, the user speaks again.
-        sat.wait_until("half a second of reply", lambda: played_seconds(first) > 0.5)
+        # Once the reply has played for a second, the user speaks again (no speech starts
+        # in a reply's first 0.6 s, while the echo canceller settles on it).
+        sat.wait_until("a second of reply", lambda: played_seconds(first) > 1.0)
         sat.speak()
         sat.wait_until("barge-in", lambda: "Barge-in: stopping" in sat.text())
         sat.wait_until("turn 1", lambda: len(sat.turns()) >= 1)
