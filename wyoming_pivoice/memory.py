@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import functools
 import logging
+from typing import Any
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class ShrinkingSession:
     Wraps the session Piper made, so Piper's own code calls it unchanged.
     """
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: Any) -> None:
         import onnxruntime
 
         self._session = session

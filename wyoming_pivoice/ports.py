@@ -19,7 +19,7 @@ def wait_for_port(port: int, proc: subprocess.Popen | None = None, timeout: floa
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before listening")
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} before listening")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
             return
         time.sleep(0.05)

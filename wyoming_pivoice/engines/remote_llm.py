@@ -19,14 +19,15 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .llm import LlmSettings, Message
 
 if TYPE_CHECKING:
-    from openai import AsyncOpenAI
+    from openai import AsyncOpenAI, AsyncStream
+    from openai.types.chat import ChatCompletionChunk
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ class RemoteChat:
         pause: Callable[[], None] | None = None,
         *,
         timeout: float | None = None,
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         """Yield the reply's text pieces as the engine streams them.
 
         `cancel` and `pause` are there for the local engine's signature: leaving this
@@ -140,25 +141,27 @@ class RemoteChat:
         timeout = timeout or self.settings.timeout
         started = finished = False
         try:
-            async with asyncio.timeout(timeout):
-                stream = await self.client.chat.completions.create(
+            # asyncio.wait_for, not asyncio.timeout: the package runs on Python 3.10.
+            stream: AsyncStream[ChatCompletionChunk] = await asyncio.wait_for(
+                self.client.chat.completions.create(
                     model=await self.model(),
                     messages=messages,  # type: ignore[arg-type]
                     max_tokens=max_tokens or self.llm.max_tokens,
                     temperature=self.llm.temperature,
                     stream=True,
-                )
+                ),
+                timeout,
+            )
             # Leaving this block (the end, an error, a cancelled turn) closes the response,
             # and with it the connection the engine is writing to.
             async with stream:
                 chunks = aiter(stream)
                 while True:  # to the stream's end: the connection is then reused
                     # Only the engine's wait is timed, never the consumer's between pieces.
-                    async with asyncio.timeout(timeout):
-                        try:
-                            chunk = await anext(chunks)
-                        except StopAsyncIteration:
-                            break
+                    try:
+                        chunk = await asyncio.wait_for(anext(chunks), timeout)
+                    except StopAsyncIteration:
+                        break
                     piece, done = _read_chunk(chunk)
                     finished = finished or done
                     if piece:
@@ -205,7 +208,7 @@ class RemoteChat:
 
         where = f"remote LLM at {self.url}"
         when = "mid-reply" if started else (doing or "before the first word of the reply")
-        if isinstance(err, (TimeoutError, APITimeoutError)):
+        if isinstance(err, (TimeoutError, asyncio.TimeoutError, APITimeoutError)):
             text = f"{where} sent nothing for {timeout or self.settings.timeout:g} s ({when})"
         elif isinstance(err, APIStatusError):
             text = f"{where} answered HTTP {err.status_code} ({when}): {_short(err.message)}"
