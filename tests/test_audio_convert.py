@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
+from wyoming.audio import AudioFormat
 
-from wyoming_pivoice.audio import AudioFormatError, PcmFormat, StreamingConverter, check_format
+from wyoming_pivoice.audio import AudioFormatError, StreamingConverter, check_format
 
 
 def tone(rate: int, seconds: float, freq: float = 440.0) -> np.ndarray:
@@ -13,7 +14,7 @@ def tone(rate: int, seconds: float, freq: float = 440.0) -> np.ndarray:
 def test_stream_conversion_keeps_duration_and_pitch(rate: int) -> None:
     signal = np.stack([tone(rate, 1.0), tone(rate, 1.0)], axis=1)  # stereo
     pcm = (signal * 32767).astype("<i2").tobytes()
-    converter = StreamingConverter(PcmFormat(rate, 2, 2))
+    converter = StreamingConverter(AudioFormat(rate, 2, 2))
     parts = [converter.convert(pcm[i : i + 999]) for i in range(0, len(pcm), 999)]  # split frames
     out = np.concatenate([*parts, converter.flush()])
     assert abs(out.size - 16000) <= 16  # one second at 16 kHz

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from wyoming.audio import AudioFormat
 
 from wyoming_pivoice.satellite.audio_in import (
     CHUNK_BYTES,
@@ -139,12 +140,12 @@ async def test_wav_sink_keeps_replies_at_their_rate(tmp_path: Path) -> None:
     sink = WavSink(tmp_path / "out.wav")
     first, second = tone(0.5, 22050), tone(0.25, 22050)
     for part in (first[:1000], first[1000:]):
-        await sink.play(part, 22050, 2, 1)
+        await sink.play(part, AudioFormat(22050, 2, 1))
     await sink.drain()
     assert sink.first_sample_at is not None
-    await sink.play(second, 22050, 2, 1)
+    await sink.play(second, AudioFormat(22050, 2, 1))
     await sink.drain()
-    await sink.play(tone(0.1, 16000), 16000, 2, 1)  # another format: another file
+    await sink.play(tone(0.1, 16000), AudioFormat(16000, 2, 1))  # another format: another file
     await sink.drain()
     await sink.close()
     with wave.open(str(tmp_path / "out.wav")) as wav:
@@ -156,7 +157,7 @@ async def test_wav_sink_keeps_replies_at_their_rate(tmp_path: Path) -> None:
 async def test_wav_sink_one_file_per_reply(tmp_path: Path) -> None:
     sink = WavSink(tmp_path / "reply-{n}.wav")
     for _ in range(2):
-        await sink.play(tone(0.1, 22050), 22050, 2, 1)
+        await sink.play(tone(0.1, 22050), AudioFormat(22050, 2, 1))
         await sink.drain()
     await sink.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["reply-1.wav", "reply-2.wav"]
@@ -168,7 +169,7 @@ async def test_command_sink_substitutes_the_format_and_waits_for_the_command(
     out = tmp_path / "out-{rate}-{channels}-{bits}.raw"
     sink = CommandSink(f"sleep 0.2; cat > '{out}'")
     pcm = tone(0.3, 22050)
-    await sink.play(pcm, 22050, 2, 1)
+    await sink.play(pcm, AudioFormat(22050, 2, 1))
     await sink.drain()  # returns only once the command has taken everything and exited
     # 10 ms of silence first: the reply's clock starts when the command has read it.
     primer = bytes(round(22050 * PRIMER_SECONDS) * 2)
@@ -178,7 +179,7 @@ async def test_command_sink_substitutes_the_format_and_waits_for_the_command(
 
 async def test_stop_drops_the_rest_of_a_reply(tmp_path: Path) -> None:
     sink = NullSink(realtime=True)
-    await sink.play(tone(5.0, 22050), 22050, 2, 1)
+    await sink.play(tone(5.0, 22050), AudioFormat(22050, 2, 1))
     await asyncio.sleep(0.05)
     assert sink.playing
     await asyncio.wait_for(sink.stop(), 1.0)  # far sooner than the 5 s the reply lasts
@@ -186,7 +187,7 @@ async def test_stop_drops_the_rest_of_a_reply(tmp_path: Path) -> None:
     assert sink.first_sample_at is not None
 
     command = CommandSink(f"cat > {tmp_path / 'x.raw'}; sleep 30")
-    await command.play(tone(0.1, 22050), 22050, 2, 1)
+    await command.play(tone(0.1, 22050), AudioFormat(22050, 2, 1))
     drain = asyncio.create_task(command.drain())
     await asyncio.sleep(0.1)
     await asyncio.wait_for(command.stop(), 5.0)  # kills the command: barge-in
@@ -225,12 +226,14 @@ def test_pyaudio_source_and_sink_through_alsa_file_devices(tmp_path: Path) -> No
     infile.write_bytes(pcm)
     code = (
         "import asyncio\n"
+        "from wyoming.audio import AudioFormat\n"
         "from wyoming_pivoice.satellite.audio_in import PyAudioSource\n"
         "from wyoming_pivoice.satellite.audio_out import PyAudioSink\n"
         "async def main():\n"
         "    s = PyAudioSource('pivoicemic'); await s.open()\n"
         "    data = b''.join([await s.read() for _ in range(15)]); await s.close()\n"
-        "    k = PyAudioSink('pivoicespk'); await k.play(data, 22050, 2, 1); await k.drain()\n"
+        "    k = PyAudioSink('pivoicespk')\n"
+        "    await k.play(data, AudioFormat(22050, 2, 1)); await k.drain()\n"
         "    print(k.first_sample_at is not None); await k.close()\n"
         "asyncio.run(main())\n"
     )
@@ -370,6 +373,7 @@ pcm.pivoicespk {{
 PYAUDIO_TWO_REPLIES = """
 import asyncio, logging, os, sys, time, traceback
 import pyaudio
+from wyoming.audio import AudioFormat
 from wyoming_pivoice.satellite.audio_out import PyAudioSink
 logging.basicConfig()
 async def main():
@@ -377,7 +381,7 @@ async def main():
     sink = PyAudioSink("pivoicespk")
     for _ in range(2):
         started = time.monotonic()
-        await sink.play(pcm, 22050, 2, 1)
+        await sink.play(pcm, AudioFormat(22050, 2, 1))
         await sink.drain()
         print(round(time.monotonic() - started, 2), flush=True)
         sys.stdin.readline()  # the test's go-ahead

@@ -6,9 +6,10 @@ import wave
 
 import numpy as np
 import pytest
+from wyoming.audio import AudioFormat
 
 from tests.helpers import make_speech
-from wyoming_pivoice.audio import PcmFormat, StreamingConverter
+from wyoming_pivoice.audio import StreamingConverter
 from wyoming_pivoice.room.acoustics import EchoPath, NoiseFloor, RoomAcoustics
 from wyoming_pivoice.satellite.audio_in import CHUNK_SAMPLES, CHUNK_SECONDS
 from wyoming_pivoice.satellite.audio_out import NullSink
@@ -51,7 +52,7 @@ def _run(reply, acoustics: RoomAcoustics, user: np.ndarray | None = None, ref_la
     """Play `reply` from t=0.5 s through the room; the mic is read every 32 ms. Returns
     (mic in, mic out, the sample where the reply starts, where it ends)."""
     pcm, rate = reply
-    fmt = PcmFormat(rate, 2, 1)
+    fmt = AudioFormat(rate, 2, 1)
     canceller = EchoCanceller(EchoSettings())
     played16 = StreamingConverter(fmt, RATE).convert(pcm)
     start = RATE // 2
@@ -120,7 +121,7 @@ async def test_the_sink_reports_each_piece_with_its_due_time():
 
     sink.tap = Tap()
     pcm = bytes(22050 * 2 // 2)  # 0.5 s
-    await sink.play(pcm, 22050, 2, 1)
+    await sink.play(pcm, AudioFormat(22050, 2, 1))
     await sink.drain()
     assert sum(n for n, _ in taps) == len(pcm)
     dues = [due for _, due in taps]

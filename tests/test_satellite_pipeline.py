@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from wyoming.audio import AudioFormat
 
 from wyoming_pivoice.satellite.audio_out import NullSink
 from wyoming_pivoice.satellite.endpoint import EndpointEvent, EndpointKind
@@ -27,7 +28,7 @@ class StandInRun:
         self.clock = TurnClock(turn)
         self.audio: asyncio.Queue[AudioPiece | None] = asyncio.Queue()
         pcm = (np.ones(int(seconds * 22050)) * 1000).astype("<i2").tobytes()
-        self.audio.put_nowait(AudioPiece(pcm, 22050, 2, 1))
+        self.audio.put_nowait(AudioPiece(pcm, AudioFormat(22050, 2, 1)))
         if finished:
             self.audio.put_nowait(None)
         self.task = asyncio.create_task(asyncio.sleep(0 if finished else 3600))

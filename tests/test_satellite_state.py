@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wyoming.audio import AudioFormat
 
 from wyoming_pivoice.satellite import state
 from wyoming_pivoice.satellite.state import (
-    AudioFormat,
     CloseConnection,
     Exit,
     FinishPlayback,

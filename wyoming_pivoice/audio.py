@@ -1,14 +1,16 @@
 """PCM helpers: format checks and streaming conversion to the rate a model wants.
 
-Resampling uses soxr (a real resampler in C), never a Python loop.
+A format is the `wyoming` library's `AudioFormat` (rate, width, channels) everywhere; the
+figures derived from one are the small functions here. Resampling uses soxr (a real
+resampler in C, to float for the models), never a Python loop; wyoming's own converter
+(audioop, 16-bit out) is not used.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import soxr
+from wyoming.audio import AudioFormat
 
 MIN_RATE = 4000
 MAX_RATE = 192000
@@ -20,28 +22,30 @@ class AudioFormatError(ValueError):
     """An audio format we cannot or will not convert."""
 
 
-@dataclass(frozen=True)
-class PcmFormat:
-    rate: int
-    width: int
-    channels: int
-
-    @property
-    def bytes_per_second(self) -> int:
-        return self.rate * self.width * self.channels
-
-    @property
-    def frame_bytes(self) -> int:
-        return self.width * self.channels
-
-    def seconds(self, num_bytes: int) -> float:
-        return num_bytes / self.bytes_per_second
+def frame_bytes(fmt: AudioFormat) -> int:
+    """Bytes of one sample on every channel."""
+    return fmt.width * fmt.channels
 
 
-WHISPER_FORMAT = PcmFormat(16000, 2, 1)
+def bytes_per_second(fmt: AudioFormat) -> int:
+    return fmt.rate * fmt.width * fmt.channels
 
 
-def check_format(rate: object, width: object, channels: object) -> PcmFormat:
+def duration(fmt: AudioFormat, num_bytes: int) -> float:
+    """Seconds that `num_bytes` of audio in `fmt` last."""
+    return num_bytes / bytes_per_second(fmt)
+
+
+def plain_format(fmt: AudioFormat) -> AudioFormat:
+    """Only the format of an AudioStart/AudioChunk (they are AudioFormats too, but compare
+    unequal to a plain one, and a chunk compares its audio as well)."""
+    return AudioFormat(fmt.rate, fmt.width, fmt.channels)
+
+
+WHISPER_FORMAT = AudioFormat(16000, 2, 1)
+
+
+def check_format(rate: object, width: object, channels: object) -> AudioFormat:
     """Validate untrusted format fields from an event; raise AudioFormatError with the reason."""
     for name, value in (("rate", rate), ("width", width), ("channels", channels)):
         if isinstance(value, bool) or not isinstance(value, int):
@@ -53,10 +57,10 @@ def check_format(rate: object, width: object, channels: object) -> PcmFormat:
         raise AudioFormatError(f"audio width {width} bytes is not one of {SUPPORTED_WIDTHS}")
     if not 1 <= channels <= MAX_CHANNELS:
         raise AudioFormatError(f"audio channels {channels} is outside 1..{MAX_CHANNELS}")
-    return PcmFormat(rate, width, channels)
+    return AudioFormat(rate, width, channels)
 
 
-def pcm_to_float(data: bytes, fmt: PcmFormat) -> np.ndarray:
+def pcm_to_float(data: bytes, fmt: AudioFormat) -> np.ndarray:
     """Interleaved PCM → mono float32 in [-1, 1] (channels averaged)."""
     if fmt.width == 1:
         samples = (np.frombuffer(data, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
@@ -79,7 +83,7 @@ class StreamingConverter:
     Chunks may split frames anywhere; leftover bytes are carried to the next chunk.
     """
 
-    def __init__(self, source: PcmFormat, out_rate: int = WHISPER_FORMAT.rate) -> None:
+    def __init__(self, source: AudioFormat, out_rate: int = WHISPER_FORMAT.rate) -> None:
         self.source = source
         self.out_rate = out_rate
         self._leftover = b""
@@ -91,7 +95,7 @@ class StreamingConverter:
 
     def convert(self, data: bytes) -> np.ndarray:
         data = self._leftover + data
-        usable = len(data) - len(data) % self.source.frame_bytes
+        usable = len(data) - len(data) % frame_bytes(self.source)
         self._leftover = data[usable:]
         mono = pcm_to_float(data[:usable], self.source)
         if self._resampler is None:

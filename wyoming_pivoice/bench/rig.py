@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..realtime import Pacer
 from ..satellite.audio_in import CHUNK_BYTES, CHUNK_SECONDS
 from ..satellite.audio_out import NullSink
 from ..satellite.pipeline import Satellite
@@ -50,7 +51,9 @@ class ScriptedMic:
     def __init__(self) -> None:
         self._items: asyncio.Queue[Said | None] = asyncio.Queue()
         self._current: Said | None = None
-        self._anchor = 0.0
+        # A capture device hands a chunk over once its last sample is in; the timeline is
+        # fixed from the utterance's first sample (a late reader catches up).
+        self._pacer = Pacer(lead=-CHUNK_SECONDS, late=None)
         self._sent = 0
         self.chunks = 0
 
@@ -72,7 +75,8 @@ class ScriptedMic:
                 if item is None:
                     return None
                 self._current, self._sent = item, 0
-                self._anchor = item.started_at = time.monotonic()
+                item.started_at = time.monotonic()
+                self._pacer.reset(item.started_at)
             item = self._current
             offset = self._sent * CHUNK_BYTES
             if offset >= len(item.pcm):
@@ -81,10 +85,7 @@ class ScriptedMic:
                 if item.released or not self._items.empty():
                     self._current = None
                     continue
-            due = self._anchor + (self._sent + 1) * CHUNK_SECONDS
-            delay = due - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await self._pacer.advance(CHUNK_SECONDS)
             chunk = item.pcm[offset : offset + CHUNK_BYTES]
             self._sent += 1
             self.chunks += 1

@@ -249,7 +249,8 @@ def _summary(results: list[dict]) -> dict[str, Any]:
 
 def aec_cpu(seconds: float = 30.0) -> dict[str, float]:
     """The canceller's own cost: process time per second of audio, in this process."""
-    from ..audio import PcmFormat
+    from wyoming.audio import AudioFormat
+
     from ..room.acoustics import EchoPath, NoiseFloor
     from ..satellite.echo import EchoCanceller
     from ..satellite.settings import EchoSettings
@@ -259,7 +260,7 @@ def aec_cpu(seconds: float = 30.0) -> dict[str, float]:
     played = (rng.normal(0, 0.1, n)).astype(np.float32)
     mic = EchoPath(RoomAcoustics(-6, 60, 60)).process(played) + NoiseFloor(-60, 1).block(n)
     canceller = EchoCanceller(EchoSettings())
-    fmt = PcmFormat(RATE, 2, 1)
+    fmt = AudioFormat(RATE, 2, 1)
     ref = (played * 32767).astype("<i2").tobytes()
     pcm = (np.clip(mic, -1, 1) * 32767).astype("<i2").tobytes()
     chunk = 1024

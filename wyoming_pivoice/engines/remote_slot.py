@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
+from ..realtime import Backoff
 from .llm import LlamaChat
 from .remote_llm import RemoteChat, RemoteLlmError
 from .runtime import ModelSlot
@@ -60,15 +61,16 @@ class RemoteLlmSlot:
         so does this probe, backing off, until the engine has answered once (warm)."""
         start = time.monotonic()
         _LOGGER.info("Loading %s", self.name)
-        delay = PROBE_RETRY_S
+        backoff = Backoff(PROBE_RETRY_S, PROBE_RETRY_MAX_S)
         while True:
             try:
                 probe = await self.remote.probe()
                 break
             except RemoteLlmError as err:
-                _LOGGER.warning("%s; each turn tries again, this probe in %.0f s", err, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, PROBE_RETRY_MAX_S)
+                _LOGGER.warning(
+                    "%s; each turn tries again, this probe in %.0f s", err, backoff.delay
+                )
+            await backoff.wait()
         self.load_seconds = time.monotonic() - start
         _LOGGER.info(
             "Loaded %s in %.2f s (model %r, first piece %.3f s)",

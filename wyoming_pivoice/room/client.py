@@ -9,9 +9,11 @@ and `--mic-command '… mic SOCKET'`.
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import sys
+from typing import cast
 
 # A speaker's buffer is the room's to model: keep the socket's own small, so audio handed
 # to a speaker that is then killed does not sit in the kernel and play anyway.
@@ -30,7 +32,7 @@ def speaker(path: str, rate: int, width: int, channels: int) -> None:
     """Audio goes in length-prefixed blocks; an empty block says "that was all, play it
     out". A speaker that dies without it is cut off at once, like a device that closes."""
     sock = _connect(path, f"speaker {rate} {width} {channels}\n".encode())
-    stdin = sys.stdin.buffer
+    stdin = cast(io.BufferedReader, sys.stdin.buffer)  # a buffered binary stream
     while data := stdin.read1(4096):
         sock.sendall(len(data).to_bytes(4, "big") + data)
     sock.sendall(bytes(4))

@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from wyoming.audio import AudioFormat
 
-from ..audio import PcmFormat, StreamingConverter
+from ..audio import StreamingConverter
+from ..realtime import Pacer
 from .acoustics import RATE, EchoPath, NoiseFloor, RoomAcoustics
 
 _LOGGER = logging.getLogger(__name__)
@@ -63,7 +65,7 @@ class Reply:
     """One speaker command: one reply of the satellite."""
 
     number: int
-    fmt: PcmFormat
+    fmt: AudioFormat
     opened: float
     first_sound: float | None = None
     last_sound: float | None = None
@@ -92,8 +94,11 @@ class Room:
         self.script = list(script or [])
         self.speaker_buffer = round(speaker_buffer_s * RATE)
         self.record = record
-        self._tmp = None if folder else tempfile.TemporaryDirectory(prefix="pivoice-room-")
-        folder = Path(folder or self._tmp.name)  # type: ignore[union-attr]
+        self._tmp = None
+        if folder is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="pivoice-room-")
+            folder = self._tmp.name
+        folder = Path(folder)
         self.mic_path = folder / "mic.sock"
         self.speaker_path = folder / "speaker.sock"
         self.replies: list[Reply] = []
@@ -163,7 +168,7 @@ class Room:
     async def _on_speaker(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         header = (await reader.readline()).decode().split()
         try:
-            fmt = PcmFormat(*(int(value) for value in header[1:4]))
+            fmt = AudioFormat(*(int(value) for value in header[1:4]))
         except (TypeError, ValueError):
             writer.close()
             return
@@ -195,15 +200,11 @@ class Room:
     # ---- the clock --------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        start = time.monotonic()
-        tick = 0
+        # A tick plays the block that has just gone by, on a fixed timeline: a late tick
+        # catches up rather than shifting the room's time.
+        pacer = Pacer(lead=-BLOCK_SECONDS, late=None)
         while True:
-            tick += 1
-            due = start + tick * BLOCK_SECONDS
-            delay = due - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            self.now = due
+            self.now = await pacer.advance(BLOCK_SECONDS) + BLOCK_SECONDS
             self._step()
             async with self._tick:
                 self._tick.notify_all()

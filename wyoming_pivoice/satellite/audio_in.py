@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import sys
 import threading
-import time
 import wave
 from concurrent.futures import CancelledError
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
+from wyoming.audio import AudioFormat
 
-from ..audio import PcmFormat, StreamingConverter, float_to_pcm16
+from ..audio import StreamingConverter, float_to_pcm16
+from ..realtime import Backoff, Pacer, timeout
 from .commands import end_command, start_command, wait_command
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ CHANNELS = 1
 CHUNK_SAMPLES = 512  # what Silero VAD takes at 16 kHz
 CHUNK_BYTES = CHUNK_SAMPLES * WIDTH
 CHUNK_SECONDS = CHUNK_SAMPLES / RATE  # 32 ms
-MIC_FORMAT = PcmFormat(RATE, WIDTH, CHANNELS)
+MIC_FORMAT = AudioFormat(RATE, WIDTH, CHANNELS)
 
 # A file or `cat` would otherwise arrive in one burst; a live microphone is never this far
 # ahead of the wall clock, so limiting the lead paces the first and never delays the second.
@@ -56,40 +58,6 @@ class AudioSource(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-class Pacer:
-    """Keeps a source from running more than `max_lead` seconds ahead of real time.
-
-    max_lead=0 paces exactly like a microphone. The anchor moves forward whenever the
-    source falls behind (a live device's jitter or a restart), so being late is never
-    "made up" by a burst later.
-    """
-
-    def __init__(self, max_lead: float = 0.0, reanchor: bool = True) -> None:
-        self.max_lead = max_lead
-        self.reanchor = reanchor
-        self._anchor: float | None = None
-        self._chunks = 0
-
-    async def wait(self) -> float:
-        """Wait until the next chunk may go; returns when it is due (its capture time)."""
-        now = time.monotonic()
-        if self._anchor is None:
-            self._anchor = now
-        due = self._anchor + self._chunks * CHUNK_SECONDS  # when this chunk would be captured
-        if now > due:
-            if self.reanchor:
-                self._anchor += now - due  # behind: re-anchor
-                due = now
-        elif due - now > self.max_lead:
-            await asyncio.sleep(due - now - self.max_lead)
-        self._chunks += 1
-        return due
-
-    def reset(self) -> None:
-        self._anchor = None
-        self._chunks = 0
 
 
 class _Chunker:
@@ -122,26 +90,10 @@ class _Chunker:
         return chunk
 
 
-class Backoff:
-    """Delays between retries: 0.5 s doubling to 10 s; reset after a success."""
-
-    def __init__(self, first: float = 0.5, maximum: float = 10.0) -> None:
-        self.first = first
-        self.maximum = maximum
-        self.delay = first
-
-    async def wait(self) -> None:
-        await asyncio.sleep(self.delay)
-        self.delay = min(self.delay * 2, self.maximum)
-
-    def reset(self) -> None:
-        self.delay = self.first
-
-
 def read_wav_16k(path: str | Path) -> bytes:
     """A WAV file as 16 kHz mono s16le (converted with soxr if it is in another format)."""
     with wave.open(str(path), "rb") as wav:
-        fmt = PcmFormat(wav.getframerate(), wav.getsampwidth(), wav.getnchannels())
+        fmt = AudioFormat(wav.getframerate(), wav.getsampwidth(), wav.getnchannels())
         pcm = wav.readframes(wav.getnframes())
     if fmt == MIC_FORMAT:
         return pcm
@@ -163,7 +115,7 @@ class WavSource:
         self.realtime = realtime
         self.chunk_time: float | None = None
         self._chunker = _Chunker()
-        self._pacer = Pacer(0.0, reanchor=False)
+        self._pacer = Pacer(late=None)
         self._done = False
 
     async def open(self) -> None:
@@ -181,7 +133,7 @@ class WavSource:
             self._done = True
             return None
         if self.realtime:
-            self.chunk_time = await self._pacer.wait()
+            self.chunk_time = await self._pacer.advance(CHUNK_SECONDS)
         return chunk
 
     async def close(self) -> None:
@@ -197,7 +149,7 @@ class CommandSource:
 
     def __init__(self, command: str, max_lead: float | None = DEFAULT_MAX_LEAD) -> None:
         self.command = command
-        self._pacer = Pacer(max_lead) if max_lead is not None else None
+        self._pacer = Pacer(lead=max_lead) if max_lead is not None else None
         self._proc: asyncio.subprocess.Process | None = None
         self._chunker = _Chunker()
         self._backoff = Backoff()
@@ -224,7 +176,7 @@ class CommandSource:
             chunk = self._chunker.take()
             if chunk is not None:
                 if self._pacer is not None:
-                    await self._pacer.wait()
+                    await self._pacer.advance(CHUNK_SECONDS)
                 return chunk
             if self._ended or self._closed:
                 return self._chunker.rest()
@@ -236,11 +188,11 @@ class CommandSource:
         stalled = False
         if proc is not None and proc.stdout is not None:
             try:
-                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                # timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
                 # that comes as data arrives, and a stopping satellite would read on.
-                async with asyncio.timeout(self.stall_seconds):
+                async with timeout(self.stall_seconds):
                     data = await proc.stdout.read(CHUNK_BYTES * 4)
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 stalled = True
         if data:
             self._chunker.add(data)
@@ -293,7 +245,7 @@ class StdinSource:
     """Raw s16le 16 kHz mono on our own standard input (a pipe, or a file redirected in)."""
 
     def __init__(self, max_lead: float | None = DEFAULT_MAX_LEAD) -> None:
-        self._pacer = Pacer(max_lead) if max_lead is not None else None
+        self._pacer = Pacer(lead=max_lead) if max_lead is not None else None
         self._reader: asyncio.StreamReader | None = None
         self._transport: asyncio.BaseTransport | None = None
         self._chunker = _Chunker()
@@ -313,14 +265,15 @@ class StdinSource:
     async def _read_some(self) -> bytes:
         if self._reader is not None:
             return await self._reader.read(CHUNK_BYTES * 4)
-        return await asyncio.to_thread(sys.stdin.buffer.read1, CHUNK_BYTES * 4)
+        stdin = cast(io.BufferedReader, sys.stdin.buffer)  # a buffered binary stream
+        return await asyncio.to_thread(stdin.read1, CHUNK_BYTES * 4)
 
     async def read(self) -> bytes | None:
         while True:
             chunk = self._chunker.take()
             if chunk is not None:
                 if self._pacer is not None:
-                    await self._pacer.wait()
+                    await self._pacer.advance(CHUNK_SECONDS)
                 return chunk
             if self._ended:
                 return self._chunker.rest()
@@ -337,15 +290,15 @@ class StdinSource:
             self._transport = None
 
 
-def find_device(pa: object, spec: str | None, want_input: bool) -> int | None:
+def find_device(pa: Any, spec: str | None, want_input: bool) -> int | None:
     """A PortAudio device index from an index or part of a name (None: the default device)."""
     if spec is None or spec == "" or spec == "default":
         return None
     if spec.isdigit():
         return int(spec)
     kind = "maxInputChannels" if want_input else "maxOutputChannels"
-    for index in range(pa.get_device_count()):  # type: ignore[attr-defined]
-        info = pa.get_device_info_by_index(index)  # type: ignore[attr-defined]
+    for index in range(pa.get_device_count()):
+        info = pa.get_device_info_by_index(index)
         if spec.lower() in str(info.get("name", "")).lower() and info.get(kind, 0) > 0:
             return index
     raise LookupError(f"no {'input' if want_input else 'output'} audio device matches {spec!r}")
@@ -366,8 +319,9 @@ class PyAudioSource:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._backoff = Backoff()
-        self._pa: object | None = None
-        self._stream: object | None = None
+        # PyAudio has no type information: its objects are Any.
+        self._pa: Any = None
+        self._stream: Any = None
         self.restarts = 0
 
     async def open(self) -> None:
@@ -385,7 +339,7 @@ class PyAudioSource:
 
         if self._pa is None:
             self._pa = pyaudio.PyAudio()
-        pa: pyaudio.PyAudio = self._pa  # type: ignore[assignment]
+        pa = self._pa
         self._stream = pa.open(
             format=pyaudio.paInt16,
             channels=CHANNELS,
@@ -400,9 +354,9 @@ class PyAudioSource:
         stream, self._stream = self._stream, None
         if stream is not None:
             with contextlib.suppress(Exception):
-                stream.stop_stream()  # type: ignore[attr-defined]
+                stream.stop_stream()
             with contextlib.suppress(Exception):
-                stream.close()  # type: ignore[attr-defined]
+                stream.close()
 
     def _capture(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> None:
         while not self._stop.is_set():
@@ -410,7 +364,7 @@ class PyAudioSource:
                 if self._stream is None:
                     self._open_stream()
                     self._backoff.reset()
-                data = self._stream.read(CHUNK_SAMPLES, exception_on_overflow=False)  # type: ignore[attr-defined]
+                data = self._stream.read(CHUNK_SAMPLES, exception_on_overflow=False)
             except Exception as err:  # the device vanished or refused to open
                 if self._stop.is_set():
                     break
@@ -420,8 +374,7 @@ class PyAudioSource:
                 )
                 self._close_stream()
                 self._terminate()  # PortAudio lists devices once: a fresh instance finds it again
-                self._stop.wait(self._backoff.delay)
-                self._backoff.delay = min(self._backoff.delay * 2, self._backoff.maximum)
+                self._stop.wait(self._backoff.next())
                 continue
             # Wait for room: a live device drops audio itself (overflow) if we ever stall,
             # and a device faster than real time (a file) is read at our pace.
@@ -457,7 +410,7 @@ class PyAudioSource:
         pa, self._pa = self._pa, None
         if pa is not None:
             with contextlib.suppress(Exception):
-                pa.terminate()  # type: ignore[attr-defined]
+                pa.terminate()
 
 
 def open_source(mic: MicSettings) -> AudioSource:

@@ -25,9 +25,12 @@ import wave
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
-from ..audio import PcmFormat
+from wyoming.audio import AudioFormat
+
+from ..audio import bytes_per_second, duration, frame_bytes, plain_format
+from ..realtime import Pacer, timeout
 from .audio_in import find_device
 from .commands import end_command, start_command
 
@@ -35,8 +38,6 @@ if TYPE_CHECKING:
     from .settings import SndSettings
 
 _LOGGER = logging.getLogger(__name__)
-
-Format = tuple[int, int, int]  # rate, width, channels
 
 STOP_WAIT = 1.0  # a stopped reply's task gets this long to wind down; it is dropped after
 # A speaker must take and play a reply within the reply's own length plus this margin
@@ -46,12 +47,13 @@ SPEAKER_MARGIN = 2.0
 # short enough that a barge-in is heard at once.
 SPEAKER_LEAD = 0.1
 PIECE_SECONDS = 0.02  # audio is handed over in pieces this long (so the lead holds)
+PLAYS_LATE = 0.05  # a piece this late finds the device run dry: it plays when it comes
 
 
 class Tap(Protocol):
     """Who hears of what a sink plays (the echo canceller's reference)."""
 
-    def reference(self, pcm: bytes, fmt: PcmFormat, due: float) -> None:
+    def reference(self, pcm: bytes, fmt: AudioFormat, due: float) -> None:
         """`pcm` is due to start playing at monotonic time `due`."""
 
     def cut(self, at: float) -> None:
@@ -62,7 +64,7 @@ class AudioSink(Protocol):
     first_sample_at: float | None
     tap: Tap | None
 
-    async def play(self, pcm: bytes, rate: int, width: int, channels: int) -> None: ...
+    async def play(self, pcm: bytes, fmt: AudioFormat) -> None: ...
 
     async def drain(self) -> None: ...
 
@@ -87,15 +89,15 @@ class QueuedSink:
         self.replies = 0
         self._queue: asyncio.Queue[bytes | None] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._format: Format | None = None
+        self._format: AudioFormat | None = None
 
     @property
     def playing(self) -> bool:
         """A reply is queued or playing."""
         return self._task is not None and not self._task.done()
 
-    async def play(self, pcm: bytes, rate: int, width: int, channels: int) -> None:
-        fmt = (rate, width, channels)
+    async def play(self, pcm: bytes, fmt: AudioFormat) -> None:
+        fmt = plain_format(fmt)
         if self.playing and fmt != self._format:
             await self.drain()  # a new format mid-reply: finish what we have, reopen
         if not self.playing:
@@ -108,26 +110,27 @@ class QueuedSink:
         if pcm:
             self._queue.put_nowait(pcm)
 
-    async def _run(self, fmt: Format, queue: asyncio.Queue[bytes | None]) -> None:
-        pcm_format = PcmFormat(*fmt)
-        clock = _RealtimeClock(self.lead) if self.lead is not None else None
-        piece_bytes = max(1, round(PIECE_SECONDS * fmt[0])) * pcm_format.frame_bytes
+    async def _run(self, fmt: AudioFormat, queue: asyncio.Queue[bytes | None]) -> None:
+        # Like a device: a piece may go `lead` before it plays; one that comes more than
+        # PLAYS_LATE after it was due finds the device run dry, which starts again with it.
+        clock = Pacer(self.lead, late=PLAYS_LATE) if self.lead is not None else None
+        piece_bytes = max(1, round(PIECE_SECONDS * fmt.rate)) * frame_bytes(fmt)
         try:
-            await self._open(*fmt)
+            await self._open(fmt)
             while (pcm := await queue.get()) is not None:
                 for offset in range(0, len(pcm), piece_bytes):
                     piece = pcm[offset : offset + piece_bytes]
-                    due = None
-                    if clock is not None:
-                        due = await clock.advance(pcm_format.seconds(len(piece)))
-                    await self._write(piece)
-                    if clock is not None:
+                    if clock is None:
+                        await self._write(piece)
+                    else:
+                        due = await clock.advance(duration(fmt, len(piece)))
+                        await self._write(piece)
                         due = clock.taken(due)
+                        # Only what plays in real time can be heard: a file is no speaker.
+                        if self.tap is not None:
+                            self.tap.reference(piece, fmt, due)
                     if self.first_sample_at is None:
                         self.first_sample_at = self._written_at
-                    # Only what plays in real time can be heard: a file is no speaker.
-                    if self.tap is not None and due is not None:
-                        self.tap.reference(piece, pcm_format, due)
             if clock is not None:
                 await clock.finish()
             await self._finish()
@@ -171,7 +174,7 @@ class QueuedSink:
 
     _written_at: float = 0.0  # set by _write: when the first byte of its data went out
 
-    async def _open(self, rate: int, width: int, channels: int) -> None:
+    async def _open(self, fmt: AudioFormat) -> None:
         pass
 
     async def _write(self, pcm: bytes) -> None:
@@ -182,49 +185,6 @@ class QueuedSink:
 
     async def _abort(self) -> None:
         pass
-
-
-class _RealtimeClock:
-    """Paces writes like a speaker consumes them: a piece may go `lead` seconds before it
-    is due to play. Falling behind (an underrun) moves the timeline on, as a device does."""
-
-    LATE = 0.05  # this late, the device has run dry: its next sample plays when it comes
-
-    def __init__(self, lead: float = 0.0) -> None:
-        self.lead = lead
-        self.start: float | None = None
-        self.seconds = 0.0
-
-    async def advance(self, seconds: float) -> float:
-        """Wait until a piece of `seconds` may be written; returns when it is due to play."""
-        now = time.monotonic()
-        if self.start is None:
-            self.start = now
-        due = self.start + self.seconds
-        if now - due > self.LATE:
-            self.start += now - due
-            due = now
-        self.seconds += seconds
-        delay = due - self.lead - now
-        if delay > 0:
-            await asyncio.sleep(delay)
-        return due
-
-    def taken(self, due: float) -> float:
-        """The device took the piece due at `due` just now: it cannot play before now, so a
-        device that took it late (its buffer was full) shifts the timeline on."""
-        late = time.monotonic() - due
-        if late > self.LATE and self.start is not None:
-            self.start += late
-            return due + late
-        return due
-
-    async def finish(self) -> None:
-        """Wait until what was written has been played."""
-        if self.start is not None:
-            delay = self.start + self.seconds - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
 
 
 class NullSink(QueuedSink):
@@ -249,8 +209,9 @@ class WavSink(QueuedSink):
         self.path = str(path)
         self.lead = 0.0 if realtime else None
         self.paths: list[Path] = []
+        self._file: BinaryIO | None = None  # ours, so we can flush it (wave does not)
         self._wav: wave.Wave_write | None = None
-        self._wav_format: Format | None = None
+        self._wav_format: AudioFormat | None = None
 
     def _next_path(self) -> Path:
         if "{n}" in self.path:
@@ -260,17 +221,17 @@ class WavSink(QueuedSink):
         base = Path(self.path)
         return base.with_name(f"{base.stem}-{len(self.paths) + 1}{base.suffix}")
 
-    async def _open(self, rate: int, width: int, channels: int) -> None:
-        await super()._open(rate, width, channels)
-        fmt = (rate, width, channels)
+    async def _open(self, fmt: AudioFormat) -> None:
+        await super()._open(fmt)
         if self._wav is not None and ("{n}" in self.path or fmt != self._wav_format):
             self._close_wav()
         if self._wav is None:
             path = self._next_path()
-            wav = wave.open(str(path), "wb")  # noqa: SIM115 — kept open across replies
-            wav.setframerate(rate)
-            wav.setsampwidth(width)
-            wav.setnchannels(channels)
+            self._file = open(path, "wb")  # noqa: SIM115 — kept open across replies
+            wav = wave.open(self._file, "wb")  # noqa: SIM115 — closed with the file
+            wav.setframerate(fmt.rate)
+            wav.setsampwidth(fmt.width)
+            wav.setnchannels(fmt.channels)
             self._wav, self._wav_format = wav, fmt
             self.paths.append(path)
 
@@ -280,17 +241,20 @@ class WavSink(QueuedSink):
         self._wav.writeframes(pcm)  # small and buffered: fine on the loop
 
     async def _finish(self) -> None:
-        if self._wav is not None:
-            self._wav._file.flush()  # type: ignore[attr-defined]
+        if self._file is not None:
+            self._file.flush()
 
     async def _abort(self) -> None:
-        if self._wav is not None:
-            self._wav._file.flush()  # type: ignore[attr-defined]
+        if self._file is not None:
+            self._file.flush()
 
     def _close_wav(self) -> None:
         wav, self._wav = self._wav, None
+        file, self._file = self._file, None
         if wav is not None:
-            wav.close()
+            wav.close()  # patches the header; the file is ours to close
+        if file is not None:
+            file.close()
 
     async def close(self) -> None:
         await super().close()
@@ -320,28 +284,28 @@ class CommandSink(QueuedSink):
         self._proc: asyncio.subprocess.Process | None = None
         self._pipe_fd: int | None = None
 
-    def format_command(self, rate: int, width: int, channels: int) -> str:
+    def format_command(self, fmt: AudioFormat) -> str:
         # Plain replacement, not str.format: shell commands may hold other braces (awk …).
         command = self.command
         values = {
-            "rate": rate,
-            "width": width,
-            "channels": channels,
-            "bits": width * 8,
+            "rate": fmt.rate,
+            "width": fmt.width,
+            "channels": fmt.channels,
+            "bits": fmt.width * 8,
             "n": self.replies,
         }
         for key, value in values.items():
             command = command.replace("{" + key + "}", str(value))
         return command
 
-    async def _open(self, rate: int, width: int, channels: int) -> None:
-        await super()._open(rate, width, channels)
-        command = self.format_command(rate, width, channels)
+    async def _open(self, fmt: AudioFormat) -> None:
+        await super()._open(fmt)
+        command = self.format_command(fmt)
         # Its own process group: a stop silences everything it started (sh -c 'aplay …').
         self._proc = await start_command(
             command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL
         )
-        self._bytes_per_second = rate * width * channels  # for the bound, whatever paces us
+        self._bytes_per_second = bytes_per_second(fmt)  # for the bound, whatever paces us
         self._played_by = time.monotonic()  # when what was written so far has played
         _LOGGER.debug("Speaker command started (pid %s): %s", self._proc.pid, command)
         assert self._proc.stdin is not None
@@ -352,14 +316,14 @@ class CommandSink(QueuedSink):
             # command really plays each piece from the echo canceller.
             with contextlib.suppress(OSError):
                 fcntl.fcntl(self._pipe_fd, F_SETPIPE_SZ, PIPE_BYTES)
-        await self._until_taking(rate, width * channels)
+        await self._until_taking(fmt)
 
-    async def _until_taking(self, rate: int, frame_bytes: int) -> None:
+    async def _until_taking(self, fmt: AudioFormat) -> None:
         """Hand the command a moment of silence and wait (bounded) until it reads it: only
         then does the reply's clock start, so the command's start-up is not counted as
         playing (the echo canceller's reference would run ahead of the echo)."""
         assert self._proc is not None and self._proc.stdin is not None
-        primer = bytes(round(rate * PRIMER_SECONDS) * frame_bytes)
+        primer = bytes(round(fmt.rate * PRIMER_SECONDS) * frame_bytes(fmt))
         self._proc.stdin.write(primer)
         if self._pipe_fd is None:
             return
@@ -388,10 +352,10 @@ class CommandSink(QueuedSink):
         self._written_at = time.monotonic()
         self._played_by = max(self._played_by, self._written_at) + len(pcm) / self._bytes_per_second
         self._proc.stdin.write(pcm)
-        try:  # asyncio.timeout: wait_for (3.11) can swallow a barge-in's cancellation
-            async with asyncio.timeout(max(self._time_left(), 0.01)):
+        try:  # timeout: wait_for (3.11) can swallow a barge-in's cancellation
+            async with timeout(max(self._time_left(), 0.01)):
                 await self._proc.stdin.drain()
-        except TimeoutError:
+        except asyncio.TimeoutError:
             raise OSError("the speaker command stopped taking audio") from None
 
     async def _finish(self) -> None:
@@ -401,9 +365,9 @@ class CommandSink(QueuedSink):
         if proc.stdin is not None:
             proc.stdin.close()
         try:
-            async with asyncio.timeout(max(self._time_left(), 0.01)):
+            async with timeout(max(self._time_left(), 0.01)):
                 code = await proc.wait()
-        except TimeoutError:
+        except asyncio.TimeoutError:
             raise OSError("the speaker command did not finish the reply in time") from None
         self._proc = None
         await end_command(proc)  # anything its group left running
@@ -424,44 +388,45 @@ class PyAudioSink(QueuedSink):
     def __init__(self, device: str | None = None) -> None:
         super().__init__()
         self.device = device
-        self._pa: object | None = None
-        self._stream: object | None = None
+        # PyAudio has no type information: its objects are Any.
+        self._pa: Any = None
+        self._stream: Any = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="pivoice speaker")
         self._aborted = False
 
     async def _call(self, fn, *args):  # a tiny thread hop
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    def _open_stream(self, rate: int, width: int, channels: int) -> None:
+    def _open_stream(self, fmt: AudioFormat) -> None:
         import pyaudio
 
         if self._pa is None:
             self._pa = pyaudio.PyAudio()
-        pa: pyaudio.PyAudio = self._pa  # type: ignore[assignment]
+        pa = self._pa
         self._stream = pa.open(
-            format=pa.get_format_from_width(width),
-            channels=channels,
-            rate=rate,
+            format=pa.get_format_from_width(fmt.width),
+            channels=fmt.channels,
+            rate=fmt.rate,
             output=True,
             output_device_index=find_device(pa, self.device, want_input=False),
             frames_per_buffer=self.PIECE_FRAMES,
         )
 
-    async def _open(self, rate: int, width: int, channels: int) -> None:
-        await super()._open(rate, width, channels)
+    async def _open(self, fmt: AudioFormat) -> None:
+        await super()._open(fmt)
         self._aborted = False
-        self._frame_bytes = width * channels
-        self._bytes_per_second = rate * width * channels  # for the bound, whatever paces us
+        self._frame_bytes = frame_bytes(fmt)
+        self._bytes_per_second = bytes_per_second(fmt)  # for the bound, whatever paces us
         self._played_by = time.monotonic()  # when what was written so far has played
-        await self._device(self._open_stream, rate, width, channels)
+        await self._device(self._open_stream, fmt)
 
     async def _device(self, fn: Callable[..., object], *args: object) -> None:
         """A call into PortAudio, bounded by the reply's own length plus the margin."""
         left = max(self._played_by + SPEAKER_MARGIN - time.monotonic(), 0.01)
         try:
-            async with asyncio.timeout(left):
+            async with timeout(left):
                 await self._call(fn, *args)
-        except TimeoutError:
+        except asyncio.TimeoutError:
             # The device thread is stuck in PortAudio: leave it behind; the next reply
             # opens the device on a new thread and a new PortAudio instance.
             self._aborted = True
@@ -475,7 +440,7 @@ class PyAudioSink(QueuedSink):
         for offset in range(0, len(pcm), step):
             if self._aborted:
                 return
-            self._stream.write(pcm[offset : offset + step])  # type: ignore[attr-defined]
+            self._stream.write(pcm[offset : offset + step])
 
     async def _write(self, pcm: bytes) -> None:
         self._written_at = time.monotonic()
@@ -489,8 +454,8 @@ class PyAudioSink(QueuedSink):
         with contextlib.suppress(Exception):
             # stop_stream lets the buffered audio play out; abort drops it.
             if play_out:
-                stream.stop_stream()  # type: ignore[attr-defined]
-            stream.close()  # type: ignore[attr-defined]
+                stream.stop_stream()
+            stream.close()
 
     async def _finish(self) -> None:
         await self._device(self._close_stream, True)  # plays out what the device holds
@@ -503,7 +468,7 @@ class PyAudioSink(QueuedSink):
         await super().close()
         pa, self._pa = self._pa, None
         if pa is not None:
-            await self._call(pa.terminate)  # type: ignore[attr-defined]
+            await self._call(pa.terminate)
         self._executor.shutdown(wait=False)
 
 

@@ -22,12 +22,21 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+from wyoming.audio import AudioFormat
 
-from ..audio import PcmFormat, StreamingConverter
+from ..audio import StreamingConverter
 from .endpoint import Hearing
 from .settings import EchoSettings
+
+if TYPE_CHECKING:
+    from livekit import rtc
+
+    from .audio_in import AudioSource
+    from .audio_out import AudioSink
+    from .endpoint import Endpointer
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -48,7 +57,7 @@ SETTLING_SECONDS = 0.6
 SILENT_RMS = 1e-4  # a reference frame quieter than this (−80 dBFS) plays no echo
 
 
-def load_apm(settings: EchoSettings) -> object:
+def load_apm(settings: EchoSettings) -> rtc.AudioProcessingModule:
     """A WebRTC AudioProcessingModule; ImportError/OSError when livekit cannot load here."""
     from livekit import rtc
 
@@ -105,7 +114,7 @@ class _Reference:
     start: int = 0
     samples: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     converter: StreamingConverter | None = None
-    fmt: PcmFormat | None = None
+    fmt: AudioFormat | None = None
 
     @property
     def end(self) -> int:
@@ -169,7 +178,7 @@ class EchoCanceller:
 
     # ---- what plays ---------------------------------------------------------------------
 
-    def reference(self, pcm: bytes, fmt: PcmFormat, due: float) -> None:
+    def reference(self, pcm: bytes, fmt: AudioFormat, due: float) -> None:
         """`pcm` (in `fmt`) is due to start playing at monotonic time `due`."""
         index = self._index(due)
         ref = self._ref
@@ -234,12 +243,12 @@ class EchoCanceller:
             if audible:
                 self._last_echo_index = self._capture_index
             render = AudioFrame(_to_pcm16(ref), RATE, 1, FRAME)
-            self._apm.process_reverse_stream(render)  # type: ignore[attr-defined]
+            self._apm.process_reverse_stream(render)
             if self.settings.echo_cancellation:
-                self._apm.set_stream_delay_ms(0)  # type: ignore[attr-defined]
+                self._apm.set_stream_delay_ms(0)
             near = pending[used : used + FRAME]
             capture = AudioFrame(near.tobytes(), RATE, 1, FRAME)
-            self._apm.process_stream(capture)  # type: ignore[attr-defined]
+            self._apm.process_stream(capture)
             out = np.frombuffer(capture.data, dtype=np.int16).copy()
             if audible:
                 self._count(near, out)
@@ -291,34 +300,34 @@ def open_canceller(settings: EchoSettings) -> EchoCanceller | None:
 
 
 def cancel_echo(
-    source: object, sink: object, endpointer: object, canceller: EchoCanceller | None
-) -> object:
+    source: AudioSource, sink: AudioSink, endpointer: Endpointer, canceller: EchoCanceller | None
+) -> AudioSource:
     """Put the canceller between `sink` (its reference) and `source`, and tell `endpointer`
     when echo may be heard; returns the source to read from."""
     if canceller is None:
         return source
-    sink.tap = canceller  # type: ignore[attr-defined]
-    endpointer.hearing = lambda: canceller.hearing  # type: ignore[attr-defined]
+    sink.tap = canceller
+    endpointer.hearing = lambda: canceller.hearing
     return EchoCancelledSource(source, canceller)
 
 
 class EchoCancelledSource:
     """An AudioSource whose chunks come out of the echo canceller."""
 
-    def __init__(self, source: object, canceller: EchoCanceller) -> None:
+    def __init__(self, source: AudioSource, canceller: EchoCanceller) -> None:
         self.source = source
         self.canceller = canceller
         self.chunk_time: float | None = None
 
     async def open(self) -> None:
-        await self.source.open()  # type: ignore[attr-defined]
+        await self.source.open()
 
     async def read(self) -> bytes | None:
-        chunk = await self.source.read()  # type: ignore[attr-defined]
+        chunk = await self.source.read()
         if chunk is None:
             return None
         self.chunk_time = getattr(self.source, "chunk_time", None) or time.monotonic()
         return self.canceller.process(chunk, self.chunk_time)
 
     async def close(self) -> None:
-        await self.source.close()  # type: ignore[attr-defined]
+        await self.source.close()

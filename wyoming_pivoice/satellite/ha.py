@@ -37,7 +37,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from wyoming.asr import Transcribe, Transcript
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.audio import AudioChunk, AudioFormat, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event, async_read_event
 from wyoming.info import Describe, Info
@@ -230,7 +230,7 @@ class Speaker:
         self,
         sink: AudioSink,
         done: Callable[[int, bool], None],
-        load_sound: Callable[[str], Awaitable[tuple[bytes, int, int, int]]],
+        load_sound: Callable[[str], Awaitable[tuple[bytes, AudioFormat]]],
     ) -> None:
         self.sink = sink
         self._done = done  # (generation, was a reply)
@@ -239,8 +239,8 @@ class Speaker:
         self._ready = asyncio.Event()
         self._current: asyncio.Task[None] | None = None
 
-    def play(self, audio: bytes, fmt: state.AudioFormat) -> None:
-        self._add(partial(self.sink.play, audio, fmt.rate, fmt.width, fmt.channels), STEP_TIMEOUT)
+    def play(self, audio: bytes, fmt: AudioFormat) -> None:
+        self._add(partial(self.sink.play, audio, fmt), STEP_TIMEOUT)
 
     def finish(self, generation: int) -> None:
         self._add(partial(self._finish, generation), None)
@@ -292,8 +292,8 @@ class Speaker:
 
     async def _sound(self, generation: int, name: str) -> None:
         try:
-            pcm, rate, width, channels = await self._load_sound(name)
-            await self.sink.play(pcm, rate, width, channels)
+            pcm, fmt = await self._load_sound(name)
+            await self.sink.play(pcm, fmt)
             await self.sink.drain()
         except Exception:
             _LOGGER.exception("Cannot play the %s sound", name)
@@ -352,7 +352,7 @@ class HaSatellite:
         self._prespeech = b""
         self._stream_ms = 0
         self._speaker: Speaker | None = None
-        self._sounds: dict[str, tuple[bytes, int, int, int]] = {}
+        self._sounds: dict[str, tuple[bytes, AudioFormat]] = {}
         self._clock: TurnClock | None = None
         self._turns = 0
         self._server: AsyncServer | None = None
@@ -741,7 +741,7 @@ class HaSatellite:
             clock.mark("playback_done", now)
         self._apply(self.machine.playback_done(now, generation))
 
-    async def _load_sound(self, name: str) -> tuple[bytes, int, int, int]:
+    async def _load_sound(self, name: str) -> tuple[bytes, AudioFormat]:
         if name not in self._sounds:
             self._sounds[name] = await asyncio.to_thread(_read_wav, self.sound_paths[name])
         return self._sounds[name]
@@ -776,23 +776,20 @@ def _progress(kind: str) -> str | None:
     return None
 
 
-def _audio_format(data: dict[str, Any], quiet: bool = False) -> state.AudioFormat | None:
+def _audio_format(data: dict[str, Any], quiet: bool = False) -> AudioFormat | None:
     try:
-        fmt = check_format(data.get("rate"), data.get("width"), data.get("channels"))
+        return check_format(data.get("rate"), data.get("width"), data.get("channels"))
     except AudioFormatError as err:
         if not quiet:
             _LOGGER.warning("Ignoring audio in an unusable format: %s", err)
         return None
-    return state.AudioFormat(fmt.rate, fmt.width, fmt.channels)
 
 
-def _read_wav(path: str) -> tuple[bytes, int, int, int]:
+def _read_wav(path: str) -> tuple[bytes, AudioFormat]:
     with wave.open(path, "rb") as wav:
         return (
             wav.readframes(wav.getnframes()),
-            wav.getframerate(),
-            wav.getsampwidth(),
-            wav.getnchannels(),
+            AudioFormat(wav.getframerate(), wav.getsampwidth(), wav.getnchannels()),
         )
 
 

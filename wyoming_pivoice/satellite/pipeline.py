@@ -323,7 +323,7 @@ class Player:
                     played = self.playing = True
                     if self.canceller is not None:
                         self.canceller.take_stats()  # what was heard before this reply
-                await self.sink.play(piece.pcm, piece.rate, piece.width, piece.channels)
+                await self.sink.play(piece.pcm, piece.fmt)
             if played and not self._interrupted:
                 await self.sink.drain()
             await asyncio.wait({run.task})

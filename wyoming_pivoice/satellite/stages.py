@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from wyoming.asr import Transcribe, Transcript
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.audio import AudioChunk, AudioFormat, AudioStart, AudioStop
 from wyoming.client import AsyncClient
 from wyoming.error import Error
 from wyoming.event import Event
@@ -31,8 +31,9 @@ from wyoming.tts import (
     SynthesizeStopped,
 )
 
+from ..audio import plain_format
+from ..realtime import Backoff
 from ..timing import TurnClock
-from .audio_in import Backoff
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -46,9 +47,7 @@ class ServerError(RuntimeError):
 @dataclass(frozen=True)
 class AudioPiece:
     pcm: bytes
-    rate: int
-    width: int
-    channels: int
+    fmt: AudioFormat
 
 
 class ServerLink:
@@ -265,7 +264,7 @@ async def _read_audio(
         if AudioChunk.is_type(event.type):
             chunk = AudioChunk.from_event(event)
             if chunk.audio:
-                piece = AudioPiece(chunk.audio, chunk.rate, chunk.width, chunk.channels)
+                piece = AudioPiece(chunk.audio, plain_format(chunk))
                 if whole:
                     held.append(piece)
                 else:

@@ -23,6 +23,10 @@ import logging
 from dataclasses import dataclass
 from enum import Enum
 
+from wyoming.audio import AudioFormat
+
+from ..audio import bytes_per_second
+
 _LOGGER = logging.getLogger(__name__)
 
 # HA streams a reply faster than it plays and has no back-pressure: a peer that never
@@ -48,17 +52,6 @@ class Playback(str, Enum):
 class Kind(str, Enum):
     REPLY = "reply"  # audio from HA (a reply or an announcement): `played` when done
     SOUND = "sound"  # a local sound (awake/done/timer): no `played`
-
-
-@dataclass(frozen=True)
-class AudioFormat:
-    rate: int
-    width: int
-    channels: int
-
-    @property
-    def bytes_per_second(self) -> int:
-        return self.rate * self.width * self.channels
 
 
 # ---- actions (what the I/O layer must do) -------------------------------------------------
@@ -441,7 +434,7 @@ class SatelliteMachine:
             if self._received_bytes - len(audio) <= MAX_REPLY_BYTES:
                 _LOGGER.warning("Reply longer than %d bytes: dropping the rest", MAX_REPLY_BYTES)
             return actions
-        self._received_seconds += len(audio) / max(1, fmt.bytes_per_second)
+        self._received_seconds += len(audio) / max(1, bytes_per_second(fmt))
         self._playback_deadline = now + self.timeouts.audio_gap
         actions.append(PlayAudio(self.generation, audio, fmt))
         return actions

@@ -1,0 +1,92 @@
+"""Waiting on the wall clock: pacing a stream to real time, and backing off between retries.
+
+Standard library only, so a microphone, a speaker, the server link and an engine probe can
+all import it without pulling anything else in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+if sys.version_info >= (3, 11):
+    from asyncio import timeout
+else:  # the same context manager, before asyncio had it (wait_for can swallow a cancellation)
+    from async_timeout import timeout
+
+__all__ = ["Backoff", "Pacer", "timeout"]
+
+
+class Pacer:
+    """Paces a stream like a device: each piece is due when the pieces before it have
+    played (or been captured), counted from the first piece.
+
+    `lead`: how long before its due time a piece may go (0: exactly on time; negative: that
+    long after, e.g. a capture device hands a chunk over once its last sample is in).
+    `late`: how late a piece may come before the timeline moves on, as a device that ran dry
+    starts again when audio comes; None keeps the timeline fixed, so a late reader catches up.
+    """
+
+    def __init__(self, lead: float = 0.0, late: float | None = 0.0) -> None:
+        self.lead = lead
+        self.late = late
+        self.start: float | None = None  # monotonic time the first piece was due
+        self.seconds = 0.0  # the length of the pieces so far
+
+    async def advance(self, seconds: float) -> float:
+        """Wait until a piece `seconds` long may go; returns when it is due."""
+        now = time.monotonic()
+        if self.start is None:
+            self.start = now
+        due = self.start + self.seconds
+        if self.late is not None and now - due > self.late:
+            self.start += now - due
+            due = now
+        self.seconds += seconds
+        delay = due - self.lead - now
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return due
+
+    def taken(self, due: float) -> float:
+        """The piece due at `due` was taken just now: it cannot play before now, so one taken
+        too late (a device whose buffer was full) moves the timeline on. Returns when it plays."""
+        late = time.monotonic() - due
+        if self.late is not None and late > self.late and self.start is not None:
+            self.start += late
+            return due + late
+        return due
+
+    async def finish(self) -> None:
+        """Wait until every piece so far has played."""
+        if self.start is not None:
+            delay = self.start + self.seconds - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+    def reset(self, start: float | None = None) -> None:
+        """A new stream: its first piece is due at `start` (None: when it comes)."""
+        self.start = start
+        self.seconds = 0.0
+
+
+class Backoff:
+    """Delays between retries: `first` doubling up to `maximum`; `reset` after a success."""
+
+    def __init__(self, first: float = 0.5, maximum: float = 10.0) -> None:
+        self.first = first
+        self.maximum = maximum
+        self.delay = first  # the next wait
+
+    def next(self) -> float:
+        """The delay to wait now (the one after it doubles)."""
+        delay = self.delay
+        self.delay = min(delay * 2, self.maximum)
+        return delay
+
+    async def wait(self) -> None:
+        await asyncio.sleep(self.next())
+
+    def reset(self) -> None:
+        self.delay = self.first
