@@ -21,8 +21,9 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from .. import realtime
 from .llm import LlmSettings, Message
 
 if TYPE_CHECKING:
@@ -138,30 +139,32 @@ class RemoteChat:
         Piper for the Pi's cores, so there is nothing to pause for. `timeout` overrides
         the configured one (the warm-up probe waits longer).
         """
-        timeout = timeout or self.settings.timeout
+        wait_s = timeout or self.settings.timeout
         started = finished = False
         try:
-            # asyncio.wait_for, not asyncio.timeout: the package runs on Python 3.10.
-            stream: AsyncStream[ChatCompletionChunk] = await asyncio.wait_for(
-                self.client.chat.completions.create(
-                    model=await self.model(),
-                    messages=messages,  # type: ignore[arg-type]
-                    max_tokens=max_tokens or self.llm.max_tokens,
-                    temperature=self.llm.temperature,
-                    stream=True,
-                ),
-                timeout,
-            )
+            async with realtime.timeout(wait_s):
+                # The union's other half is the non-streaming reply, never asked for here.
+                stream = cast(
+                    "AsyncStream[ChatCompletionChunk]",
+                    await self.client.chat.completions.create(
+                        model=await self.model(),
+                        messages=messages,  # type: ignore[arg-type]
+                        max_tokens=max_tokens or self.llm.max_tokens,
+                        temperature=self.llm.temperature,
+                        stream=True,
+                    ),
+                )
             # Leaving this block (the end, an error, a cancelled turn) closes the response,
             # and with it the connection the engine is writing to.
             async with stream:
                 chunks = aiter(stream)
                 while True:  # to the stream's end: the connection is then reused
                     # Only the engine's wait is timed, never the consumer's between pieces.
-                    try:
-                        chunk = await asyncio.wait_for(anext(chunks), timeout)
-                    except StopAsyncIteration:
-                        break
+                    async with realtime.timeout(wait_s):
+                        try:
+                            chunk = await anext(chunks)
+                        except StopAsyncIteration:
+                            break
                     piece, done = _read_chunk(chunk)
                     finished = finished or done
                     if piece:
@@ -170,7 +173,7 @@ class RemoteChat:
         except RemoteLlmError:
             raise
         except Exception as err:
-            raise self._error(err, started, timeout=timeout) from err
+            raise self._error(err, started, timeout=wait_s) from err
         if not finished:
             # A body that ends without a finish reason was cut short, or was never a
             # chat-completions stream (a web page, another API).
