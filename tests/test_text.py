@@ -1,4 +1,11 @@
-from wyoming_pivoice.text import PhraseSplitter, split_all
+import re
+
+import pytest
+from wyoming.tts import SynthesizeChunk, SynthesizeStart, SynthesizeStop
+
+from wyoming_pivoice.text import MIN_CLAUSE_CHARS, PhraseSplitter, split_all
+
+from .helpers import exchange
 
 
 def test_sentences_cut_only_at_sentence_ends() -> None:
@@ -32,3 +39,96 @@ def test_no_phrase_until_a_boundary() -> None:
     assert splitter.feed("Still talking without an end") == []
     assert splitter.flush() == "Still talking without an end"
     assert splitter.flush() is None
+
+
+# Token-sized pieces the way an LLM streams them: words with their leading space, digits and
+# punctuation one by one.
+_TOKEN = re.compile(r"\s*(?:[A-Za-z']+|\d|[^\sA-Za-z\d])|\s+")
+
+TEXTS = [
+    "Dr. Smith lives on Main St. in the U.S. He likes it there.",
+    "It is 3.5 degrees. Version 2.0 is out. The price is $4.99 today.",
+    "Bring fruit, e.g. apples or pears. Mr. Jones left at 5 p.m. today.",
+    "Here is the list:\n1. Eggs\n2. Milk\n3. Bread",
+    'Well... I am not sure. She said "Hello there." Then she left. Really? Yes!',
+    "Sure, I can turn on the kitchen lights, and also the hall lights, right now. Done.",
+]
+
+
+def streamed(text: str, pieces: list[str], min_clause_chars: int = 0) -> list[str]:
+    assert "".join(pieces) == text
+    splitter = PhraseSplitter(min_clause_chars)
+    phrases = [phrase for piece in pieces for phrase in splitter.feed(piece)]
+    rest = splitter.flush()
+    return [*phrases, rest] if rest else phrases
+
+
+def test_abbreviations_stay_inside_their_sentence() -> None:
+    assert split_all("Dr. Smith lives on Main St. in the U.S. He likes it there.") == [
+        "Dr. Smith lives on Main St. in the U.S.",
+        "He likes it there.",
+    ]
+    assert split_all("Bring fruit, e.g. apples or pears. See you at 10 a.m. tomorrow.") == [
+        "Bring fruit, e.g. apples or pears.",
+        "See you at 10 a.m. tomorrow.",
+    ]
+
+
+def test_decimals_and_versions_are_not_cut() -> None:
+    assert split_all("It is 3.5 degrees. Version 2.0 is out. Pi is about 3.14159.") == [
+        "It is 3.5 degrees.",
+        "Version 2.0 is out.",
+        "Pi is about 3.14159.",
+    ]
+
+
+def test_numbered_lists_keep_their_numbers() -> None:
+    assert split_all("Here is the list:\n1. Eggs\n2. Milk\n3. Bread") == [
+        "Here is the list:",
+        "1. Eggs",
+        "2. Milk",
+        "3. Bread",
+    ]
+    assert split_all("You need: 1. eggs 2. milk 3. bread.") == [
+        "You need: 1. eggs 2. milk 3. bread."
+    ]
+    assert split_all("Dinner is at 7. Then we go home.") == ["Dinner is at 7.", "Then we go home."]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+@pytest.mark.parametrize("min_clause_chars", [0, MIN_CLAUSE_CHARS])
+def test_streamed_equals_whole_text(text: str, min_clause_chars: int) -> None:
+    whole = split_all(text, min_clause_chars)
+    assert streamed(text, _TOKEN.findall(text), min_clause_chars) == whole
+    assert streamed(text, list(text), min_clause_chars) == whole  # character by character
+
+
+def test_a_sentence_comes_out_with_the_next_word_not_later() -> None:
+    splitter = PhraseSplitter()
+    assert splitter.feed("Dr. Smith lives on Main St.") == []  # "St." may go on
+    assert splitter.feed(" in the U.S.") == []
+    assert splitter.feed(" He") == ["Dr. Smith lives on Main St. in the U.S."]
+    # After an opening quote the segmenter cannot tell whose it is until the quote closes.
+    assert splitter.feed(' likes it. "Yes') == []
+    assert splitter.feed('!"') == ["He likes it."]
+    assert splitter.flush() == '"Yes!"'
+
+
+async def test_streaming_synthesis_speaks_one_audio_run_per_sentence(server_port: int) -> None:
+    """The issue's check: abbreviations do not make the server speak "Dr." alone."""
+
+    async def runs(text: str) -> int:
+        events = [
+            SynthesizeStart().event(),
+            *[SynthesizeChunk(text=piece).event() for piece in _TOKEN.findall(text)],
+            SynthesizeStop().event(),
+        ]
+        replies = await exchange(server_port, events, until="synthesize-stopped")
+        starts = [e for e in replies if e.type == "audio-start"]
+        stops = [e for e in replies if e.type == "audio-stop"]
+        assert len(starts) == len(stops)
+        assert sum(len(e.payload or b"") for e in replies if e.type == "audio-chunk") > 0
+        return len(starts)
+
+    assert await runs("Dr. Smith lives on Main St.") == 1
+    assert await runs("Dr. Smith lives on Main St. in the U.S. He likes it there.") == 2
