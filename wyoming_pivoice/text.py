@@ -19,6 +19,10 @@ from sentencex import segment
 # Clause cuts: first-phrase TTS and streaming synthesis cut a sentence at a clause once the
 # phrase is at least this long; shorter clauses stay whole so the voice does not sound choppy.
 MIN_CLAUSE_CHARS = 24
+# A phrase that reaches this length with no sentence end or clause is cut at a word: it
+# bounds the wait for the first audio, and the work per piece fed (the segmenter reads at
+# most twice this), whatever a client streams.
+MAX_PHRASE_CHARS = 300
 LANGUAGE = "en"
 
 # A clause boundary: a comma, semicolon, colon or dash followed by white space.
@@ -26,6 +30,8 @@ _CLAUSE_END = re.compile(r"(?:[,;:]|\s[-–—])\s+")
 # Markup a small chat model likes to emit and a voice should not read out.
 _MARKUP = re.compile(r"[*_#`]+")
 _WORD = re.compile(r"\w")
+# Text without any of these has no sentence end for the segmenter to find.
+_MAYBE_END = re.compile(r"[^\w ,;:'\"()]")
 # A segment that ends in a small number and a dot: a list item's number, or "at 7." at the end.
 _NUMBER_END = re.compile(r"(?:^|\s)\d{1,3}[.)]\s*$")
 # A numbered item at the start of a line.
@@ -68,11 +74,18 @@ class PhraseSplitter:
             for clause in _CLAUSE_END.finditer(self._buffer, 0, first):
                 if len(self._buffer[: clause.start()].strip()) >= self.min_clause_chars:
                     return clause.end()
-        return first if complete else None
+        if complete:
+            return first
+        if len(self._buffer) > MAX_PHRASE_CHARS:
+            space = max(self._buffer.rfind(c, 0, MAX_PHRASE_CHARS) for c in " \t\n")
+            return space if space > 0 and self._buffer[:space].strip() else MAX_PHRASE_CHARS
+        return None
 
     def _first_sentence(self) -> tuple[int, bool]:
         """Where the buffer's first sentence ends, and whether it is known to be complete."""
-        text = self._buffer
+        text = self._buffer[: 2 * MAX_PHRASE_CHARS]
+        if not _MAYBE_END.search(text):
+            return len(text), False
         for end in accumulate(map(len, segment(self.language, text))):
             prefix = text[:end]
             if not prefix.strip():
