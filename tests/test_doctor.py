@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from wyoming_pivoice.doctor import CHECKS, exit_code, render_text, run_checks
-from wyoming_pivoice.doctor_audio import AudioDevice, AudioReport, check_audio
-from wyoming_pivoice.doctor_base import MIB, Machine, Status
-from wyoming_pivoice.doctor_models import (
+from wyoming_pivoice.doctor import models, remote, system
+from wyoming_pivoice.doctor.audio import AudioDevice, AudioReport, check_audio
+from wyoming_pivoice.doctor.base import MIB, Machine, Status
+from wyoming_pivoice.doctor.cli import exit_code, render_text
+from wyoming_pivoice.doctor.models import (
     RUNTIME_BYTES,
     ModelChoice,
     check_asr,
@@ -23,7 +24,8 @@ from wyoming_pivoice.doctor_models import (
     check_voice,
     memory_need,
 )
-from wyoming_pivoice.doctor_system import (
+from wyoming_pivoice.doctor.registry import CHECKS, Subject, run_checks
+from wyoming_pivoice.doctor.system import (
     LlamaBuild,
     check_desktop,
     check_governor,
@@ -38,6 +40,8 @@ from .helpers import REPO
 
 GIB = 1024 * MIB
 WYOMING_PIVOICE = REPO / ".venv" / "bin" / "wyoming-pivoice"
+# What a run without --llm-url reports, in order.
+LOCAL = [check.name for check in CHECKS if check is not remote.REMOTE]
 LINE = re.compile(r"^(OK|INFO|WARN|FAIL)\s+(\S+)\s+(.+)$")
 
 
@@ -304,7 +308,7 @@ def test_memory_need_adds_cache_and_runtime_to_the_files() -> None:
     findings = check_models(ModelChoice())
     need, detail = memory_need(findings)
     files = sum(f.data["bytes"] for f in findings)
-    llm = next(f.data["bytes"] for f in findings if f.check == "model-llm")
+    llm = next(f.data["bytes"] for f in findings if f.check == models.LLM.name)
     assert need == files + int(llm * 0.25) + RUNTIME_BYTES
     assert detail.startswith("model files ")
 
@@ -314,7 +318,9 @@ def test_memory_need_adds_cache_and_runtime_to_the_files() -> None:
 
 def test_embedded_models_are_found() -> None:
     findings = check_models(ModelChoice())
-    assert [f.check for f in findings] == ["model-asr", "model-voice", "model-llm", "model-vad"]
+    assert [f.check for f in findings] == [
+        c.name for c in (models.ASR, models.VOICE, models.LLM, models.VAD)
+    ]
     assert all(f.status is Status.OK for f in findings)
     assert all(f.data["bytes"] > MIB for f in findings)
 
@@ -403,14 +409,17 @@ def test_all_checks_on_a_tuned_pi(fake: FakeRoot, tmp_path: Path) -> None:
     fake.write("proc/cpuinfo", (Path(__file__).parent / "fixtures" / "cpuinfo-pi5").read_text())
     pi5_build = "CPU : NEON = 1 | ARM_FMA = 1 | FP16_VA = 1 | DOTPROD = 1 | OPENMP = 1 | "
     machine = fake.machine(fake_vcgencmd(tmp_path, "throttled=0x0"))
-    findings = run_checks(
-        machine, ModelChoice(), lambda: report, llama_probe=lambda: LlamaBuild("0.3.36", pi5_build)
+    subject = Subject(
+        machine,
+        audio_probe=lambda: report,
+        llama_probe=lambda: LlamaBuild("0.3.36", pi5_build),
     )
-    assert [f.check for f in findings] == list(CHECKS)
-    assert {f.check: f.status for f in findings} == dict.fromkeys(CHECKS, Status.OK)
+    findings = run_checks(subject)
+    assert [f.check for f in findings] == LOCAL
+    assert {f.check: f.status for f in findings} == dict.fromkeys(LOCAL, Status.OK)
     assert exit_code(findings) == 0
     text = render_text(findings)
-    assert text.splitlines()[-1] == f"{len(CHECKS)} OK, 0 INFO, 0 WARN, 0 FAIL"
+    assert text.splitlines()[-1] == f"{len(LOCAL)} OK, 0 INFO, 0 WARN, 0 FAIL"
 
 
 def test_cli_on_a_fake_tree_as_json(fake: FakeRoot) -> None:
@@ -426,12 +435,12 @@ def test_cli_on_a_fake_tree_as_json(fake: FakeRoot) -> None:
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     statuses = {c["check"]: c["status"] for c in report["checks"]}
-    assert list(statuses) == list(CHECKS)
-    assert statuses["cpu-governor"] == "WARN"
-    assert statuses["swap"] == "WARN"
-    assert statuses["zswap"] == "OK"
-    assert statuses["desktop"] == "WARN"
-    assert statuses["temperature"] == statuses["throttling"] == "INFO"
+    assert list(statuses) == LOCAL
+    assert statuses[system.GOVERNOR.name] == "WARN"
+    assert statuses[system.SWAP.name] == "WARN"
+    assert statuses[system.ZSWAP.name] == "OK"
+    assert statuses[system.DESKTOP.name] == "WARN"
+    assert statuses[system.TEMPERATURE.name] == statuses[system.THROTTLING.name] == "INFO"
     assert report["worst"] == "WARN"
 
 
@@ -453,7 +462,7 @@ def test_cli_exits_1_on_a_failure(fake: FakeRoot, tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert re.search(
-        r"^FAIL\s+model-llm\s+GGUF model .*missing\.gguf.* not found", done.stdout, re.M
+        rf"^FAIL\s+{models.LLM.name}\s+GGUF model .*missing\.gguf.* not found", done.stdout, re.M
     )
 
 
@@ -465,7 +474,7 @@ def test_doctor_on_this_machine() -> None:
     lines = done.stdout.splitlines()
     parsed = [LINE.match(line) for line in lines[:-1]]
     assert all(parsed), done.stdout
-    assert [m.group(2) for m in parsed if m] == list(CHECKS)
+    assert [m.group(2) for m in parsed if m] == LOCAL
     failed = [m.group(2) for m in parsed if m and m.group(1) == "FAIL"]
     assert done.returncode == (1 if failed else 0)
     assert failed == []  # the embedded models are installed and this machine has memory

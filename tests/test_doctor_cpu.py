@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from wyoming_pivoice.doctor_base import Machine, Status
-from wyoming_pivoice.doctor_system import LlamaBuild, check_llama_cpu, cpu_flags, probe_llama
+from wyoming_pivoice.doctor.base import Machine, Status
+from wyoming_pivoice.doctor.system import LlamaBuild, check_llama_cpu, cpu_flags, probe_llama
 
 PI5_CPUINFO = Path(__file__).parent / "fixtures" / "cpuinfo-pi5"
 # What llama.cpp 0.3.36 reports when GCC 12 built it for plain armv8-a (GGML_NATIVE=OFF, no

@@ -6,8 +6,8 @@ import re
 import subprocess
 import sys
 
-from wyoming_pivoice.doctor_audio import EchoChoice, check_echo, probe_echo_canceller
-from wyoming_pivoice.doctor_base import Status
+from wyoming_pivoice.doctor.audio import EchoChoice, check_echo, probe_echo_canceller
+from wyoming_pivoice.doctor.base import Status
 
 from .helpers import REPO
 

@@ -23,8 +23,8 @@ from wyoming.info import Describe
 from wyoming.server import AsyncTcpServer
 
 from wyoming_pivoice.bench import remote as bench_remote
-from wyoming_pivoice.doctor_base import Status
-from wyoming_pivoice.doctor_remote import check_remote_llm
+from wyoming_pivoice.doctor.base import Status
+from wyoming_pivoice.doctor.remote import check_remote_llm
 from wyoming_pivoice.engines.remote_llm import RemoteLlmSettings
 from wyoming_pivoice.engines.remote_slot import RemoteLlmSlot
 from wyoming_pivoice.satellite.stages import ServerLink, StreamingResponder

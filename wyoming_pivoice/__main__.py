@@ -15,7 +15,7 @@ _SUBCOMMANDS = (
     "wyoming_pivoice.server.cli",
     "wyoming_pivoice.satellite.cli",
     "wyoming_pivoice.bench.cli",
-    "wyoming_pivoice.doctor",
+    "wyoming_pivoice.doctor.cli",
 )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..settings import ZeroconfSettings
+from ..text import MIN_CLAUSE_CHARS
 
 DEFAULT_HA_PORT = 10700
 
@@ -86,7 +87,7 @@ class SatelliteSettings:
     max_turns: int | None = None
     conversation_id: str | None = None
     language: str | None = "en"
-    min_clause_chars: int = 24  # first-phrase TTS: cut at a clause once it is this long
+    min_clause_chars: int = MIN_CLAUSE_CHARS  # first-phrase TTS: cut at a clause this long
     # Home Assistant mode
     name: str | None = None
     area: str | None = None

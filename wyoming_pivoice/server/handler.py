@@ -44,7 +44,7 @@ from wyoming.tts import (
 )
 
 from ..audio import AudioFormatError, StreamingConverter, check_format
-from ..text import PhraseSplitter
+from ..text import MIN_CLAUSE_CHARS, PhraseSplitter
 from .connections import Slot
 from .limits import BoundedReader
 from .services import Services
@@ -54,7 +54,7 @@ _LOGGER = logging.getLogger(__name__)
 SAMPLES_PER_CHUNK = 1024  # TTS audio-chunk size, as Home Assistant and piper use
 # Streaming synthesis also cuts at a clause once it is this long, so a long first sentence
 # starts speaking sooner (the satellite cuts its phrases by the same rule).
-STREAM_MIN_CLAUSE_CHARS = 24
+STREAM_MIN_CLAUSE_CHARS = MIN_CLAUSE_CHARS
 
 T = TypeVar("T")
 

@@ -10,51 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from .doctor_audio import (
-    AudioProbe,
-    EchoChoice,
-    check_audio,
-    check_echo,
-    probe_echo_canceller,
-    probe_pyaudio,
-)
-from .doctor_base import Finding, Machine, Status
-from .doctor_models import ModelChoice, check_models, memory_need
-from .doctor_system import (
-    LlamaBuild,
-    check_desktop,
-    check_governor,
-    check_llama_cpu,
-    check_memory,
-    check_swap,
-    check_temperature,
-    check_throttling,
-    check_zswap,
-    probe_llama,
-)
-from .engines.remote_llm import RemoteLlmSettings
-from .models import EMBEDDED
-
-CHECKS = (
-    "cpu-governor",
-    "llm-cpu",
-    "memory",
-    "swap",
-    "zswap",
-    "desktop",
-    "temperature",
-    "throttling",
-    "audio-devices",
-    "capture-16k",
-    "echo-cancellation",
-    "model-asr",
-    "model-voice",
-    "model-llm",
-    "model-vad",
-)
+from ..engines.remote_llm import RemoteLlmSettings
+from ..models import EMBEDDED
+from .audio import EchoChoice, probe_pyaudio
+from .base import Finding, Machine, Status
+from .models import ModelChoice
+from .registry import CHECKS, Subject, run_checks
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -63,6 +26,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="check this machine for local voice (governor, llama.cpp build, memory, swap, heat, "
         "audio, models)",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="checks, in report order: "
+        + "; ".join(f"{check.name} ({check.about})" for check in CHECKS),
     )
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     parser.add_argument(
@@ -83,41 +48,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     remote.add_argument("--llm-remote-model", default=None)
     remote.add_argument("--llm-timeout", type=float, default=RemoteLlmSettings.timeout)
     parser.set_defaults(func=run)
-
-
-def run_checks(
-    machine: Machine,
-    choice: ModelChoice,
-    audio_probe: AudioProbe | None = probe_pyaudio,
-    echo: EchoChoice | None = None,
-    echo_probe: Callable[[], str | None] = probe_echo_canceller,
-    llama_probe: Callable[[], LlamaBuild | str] = probe_llama,
-) -> list[Finding]:
-    """All findings, in CHECKS order; audio_probe None skips PortAudio."""
-    model_findings = check_models(choice)
-    need, detail = memory_need(model_findings)
-    if audio_probe is None:
-        skipped = "not asked (--no-audio)"
-        audio = [
-            Finding("audio-devices", Status.INFO, skipped),
-            Finding("capture-16k", Status.INFO, skipped),
-        ]
-    else:
-        audio = check_audio(audio_probe())
-    findings = [
-        check_governor(machine),
-        check_llama_cpu(machine, llama_probe()),
-        check_memory(machine, need, detail),
-        check_swap(machine),
-        check_zswap(machine),
-        check_desktop(machine),
-        check_temperature(machine),
-        check_throttling(machine),
-        *audio,
-        check_echo(echo or EchoChoice(), echo_probe),
-        *model_findings,
-    ]
-    return sorted(findings, key=lambda f: CHECKS.index(f.check))
 
 
 def exit_code(findings: list[Finding]) -> int:
@@ -144,20 +74,23 @@ def render_json(findings: list[Finding]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    machine = Machine.local(args.root)
-    choice = ModelChoice(
-        asr=args.asr_model,
-        voice=args.voice,
-        voice_dirs=tuple(args.voice_dir),
-        llm=args.llm_model,
-    )
-    echo = EchoChoice(aec=not args.no_aec, barge_in=not args.no_barge_in)
-    findings = run_checks(machine, choice, None if args.no_audio else probe_pyaudio, echo)
+    remote_llm = None
     if args.llm_url:
-        from .doctor_remote import check_remote_llm
-        from .server.cli import remote_llm_from_args
+        from ..server.cli import remote_llm_from_args
 
-        # Last, and only when asked: it talks to another machine (doctor_remote.py).
-        findings.append(check_remote_llm(remote_llm_from_args(args)))  # type: ignore[arg-type]
+        remote_llm = remote_llm_from_args(args)
+    subject = Subject(
+        machine=Machine.local(args.root),
+        models=ModelChoice(
+            asr=args.asr_model,
+            voice=args.voice,
+            voice_dirs=tuple(args.voice_dir),
+            llm=args.llm_model,
+        ),
+        echo=EchoChoice(aec=not args.no_aec, barge_in=not args.no_barge_in),
+        audio_probe=None if args.no_audio else probe_pyaudio,
+        remote_llm=remote_llm,
+    )
+    findings = run_checks(subject)
     sys.stdout.write((render_json if args.json else render_text)(findings) + "\n")
     return exit_code(findings)

@@ -9,8 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import models
-from .doctor_base import MIB, Finding, Status, mib
+from .. import models
+from .base import MIB, Check, Finding, Status, mib
+
+ASR = Check("model-asr", "the speech recognition model")
+VOICE = Check("model-voice", "the Piper voice")
+LLM = Check("model-llm", "the GGUF language model")
+VAD = Check("model-vad", "the satellite's Silero VAD model")
 
 # Approximate CTranslate2 download sizes of faster-whisper model names, for names
 # that are fetched at first start (there is no file to measure yet).
@@ -43,10 +48,10 @@ def size_of(path: Path) -> int:
     return path.stat().st_size
 
 
-def _found(check: str, path: Path, extra: str = "") -> Finding:
+def _found(check: Check, path: Path, extra: str = "") -> Finding:
     size = size_of(path)
-    return Finding(
-        check, Status.OK, f"{path} ({mib(size)}){extra}", data={"path": str(path), "bytes": size}
+    return check.finding(
+        Status.OK, f"{path} ({mib(size)}){extra}", data={"path": str(path), "bytes": size}
     )
 
 
@@ -54,14 +59,13 @@ def check_asr(spec: str) -> Finding:
     try:
         resolved = models.resolve_whisper(spec)
     except models.ModelNotFoundError as err:
-        return Finding("model-asr", Status.FAIL, str(err), fix=MODEL_FIX)
+        return ASR.finding(Status.FAIL, str(err), fix=MODEL_FIX)
     path = Path(resolved)
     if path.exists():
-        return _found("model-asr", path)
+        return _found(ASR, path)
     family = resolved.split(".")[0].split("-")[0]
     size = WHISPER_NAME_BYTES.get(family, 0)
-    return Finding(
-        "model-asr",
+    return ASR.finding(
         Status.INFO,
         f"{resolved!r} is a model name: faster-whisper downloads it at first start "
         f"(needs internet{f', about {mib(size)}' if size else ''})",
@@ -73,46 +77,43 @@ def check_voice(spec: str, voice_dirs: tuple[str, ...]) -> Finding:
     try:
         path = models.resolve_voice(spec, [Path(d) for d in voice_dirs])
     except models.ModelNotFoundError as err:
-        return Finding("model-voice", Status.FAIL, str(err), fix=MODEL_FIX)
+        return VOICE.finding(Status.FAIL, str(err), fix=MODEL_FIX)
     config = Path(f"{path}.json")
     if not config.is_file():
-        return Finding(
-            "model-voice",
+        return VOICE.finding(
             Status.FAIL,
             f"{path} has no {config.name} beside it (Piper needs both)",
             fix=f"put the voice's {config.name} next to {path.name}",
         )
-    return _found("model-voice", path)
+    return _found(VOICE, path)
 
 
 def check_llm(spec: str) -> Finding:
     try:
         path = models.resolve_llm(spec)
     except models.ModelNotFoundError as err:
-        return Finding("model-llm", Status.FAIL, str(err), fix=MODEL_FIX)
+        return LLM.finding(Status.FAIL, str(err), fix=MODEL_FIX)
     with path.open("rb") as file:
         magic = file.read(4)
     if magic != b"GGUF":
-        return Finding(
-            "model-llm",
+        return LLM.finding(
             Status.FAIL,
             f"{path} is not a GGUF file",
             fix="convert or download the model as .gguf (llama.cpp format)",
         )
-    return _found("model-llm", path)
+    return _found(LLM, path)
 
 
 def check_vad() -> Finding:
     try:
         path = models.silero_vad_onnx()
     except models.ModelNotFoundError as err:
-        return Finding(
-            "model-vad",
+        return VAD.finding(
             Status.WARN,
             f"{err}: the satellite needs it, the server does not",
             fix="pip install --no-deps silero-vad (script/setup does)",
         )
-    return _found("model-vad", path)
+    return _found(VAD, path)
 
 
 def check_models(choice: ModelChoice) -> list[Finding]:
@@ -127,7 +128,7 @@ def check_models(choice: ModelChoice) -> list[Finding]:
 def memory_need(findings: list[Finding]) -> tuple[int, str]:
     """Bytes the loaded models need, and how that figure is made up."""
     files = sum(int(f.data.get("bytes", 0)) for f in findings)
-    llm = next((int(f.data.get("bytes", 0)) for f in findings if f.check == "model-llm"), 0)
+    llm = next((int(f.data.get("bytes", 0)) for f in findings if f.check == LLM.name), 0)
     cache = int(llm * KV_CACHE_SHARE)
     detail = (
         f"model files {mib(files)} + LLM context cache {mib(cache)} + runtimes {mib(RUNTIME_BYTES)}"

@@ -10,8 +10,18 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
-from .doctor_base import MIB, Finding, Machine, Status, mib, read_text
+from .base import MIB, Check, Finding, Machine, Status, mib, read_text
+
+GOVERNOR = Check("cpu-governor", "the CPU frequency governor")
+LLAMA_CPU = Check("llm-cpu", "whether llama.cpp was built for this CPU's features")
+MEMORY = Check("memory", "memory for the models")
+SWAP = Check("swap", "swap space")
+ZSWAP = Check("zswap", "compressed swap in memory")
+DESKTOP = Check("desktop", "a desktop session taking memory")
+TEMPERATURE = Check("temperature", "the SoC temperature")
+THROTTLING = Check("throttling", "the firmware's throttling and under-voltage flags")
 
 GOVERNOR_FIX = "echo performance | sudo tee /sys/devices/system/cpu/cpu*/cpufreq/scaling_governor"
 GOVERNOR_KEEP = (
@@ -84,8 +94,7 @@ def check_governor(machine: Machine) -> Finding:
         if value:
             governors[path.parent.parent.name] = value
     if not governors:
-        return Finding(
-            "cpu-governor",
+        return GOVERNOR.finding(
             Status.INFO,
             "cannot see a CPU frequency governor (no cpufreq in /sys: a VM, a container, "
             "or a fixed clock)",
@@ -93,12 +102,9 @@ def check_governor(machine: Machine) -> Finding:
     slow = {cpu: gov for cpu, gov in governors.items() if gov != "performance"}
     data = {"governors": governors}
     if not slow:
-        return Finding(
-            "cpu-governor", Status.OK, f"performance on all {len(governors)} CPUs", data=data
-        )
+        return GOVERNOR.finding(Status.OK, f"performance on all {len(governors)} CPUs", data=data)
     kinds = ", ".join(sorted(set(slow.values())))
-    return Finding(
-        "cpu-governor",
+    return GOVERNOR.finding(
         Status.WARN,
         f"{kinds} on {len(slow)} of {len(governors)} CPUs: the clock rises only after work "
         "starts, which delays the first words of a reply",
@@ -153,11 +159,11 @@ def running_servers(machine: Machine) -> list[int]:
 def check_memory(machine: Machine, need_bytes: int, need_detail: str) -> Finding:
     info = meminfo(machine)
     if "MemTotal" not in info:
-        return Finding("memory", Status.INFO, "cannot read /proc/meminfo")
+        return MEMORY.finding(Status.INFO, "cannot read /proc/meminfo")
     total = info["MemTotal"]
     available = info.get("MemAvailable", info.get("MemFree", 0))
     swap_free = info.get("SwapFree", 0)
-    data = {
+    data: dict[str, Any] = {
         "total_bytes": total,
         "available_bytes": available,
         "swap_free_bytes": swap_free,
@@ -169,8 +175,7 @@ def check_memory(machine: Machine, need_bytes: int, need_detail: str) -> Finding
         rss = sum(rss_bytes(machine, pid) for pid in servers)
         data.update(server_pids=servers, server_rss_bytes=rss)
         status = Status.OK if available >= 256 * MIB else Status.WARN
-        return Finding(
-            "memory",
+        return MEMORY.finding(
             status,
             f"a server is running (pid {', '.join(map(str, servers))}, {mib(rss)} resident); "
             f"{mib(available)} still available of {mib(total)}",
@@ -180,17 +185,15 @@ def check_memory(machine: Machine, need_bytes: int, need_detail: str) -> Finding
     summary = f"{mib(available)} available of {mib(total)}; the models need about {mib(need_bytes)}"
     summary += f" ({need_detail})"
     if available >= need_bytes:
-        return Finding("memory", Status.OK, summary, data=data)
+        return MEMORY.finding(Status.OK, summary, data=data)
     if available + swap_free >= need_bytes:
-        return Finding(
-            "memory",
+        return MEMORY.finding(
             Status.WARN,
             summary + ": they fit only by swapping, which stalls replies",
             fix="free memory (close the desktop and other services) or choose smaller models",
             data=data,
         )
-    return Finding(
-        "memory",
+    return MEMORY.finding(
         Status.FAIL,
         summary + ": they do not fit, even with swap",
         fix="choose smaller models (a smaller --llm-model first) or add swap: " + swap_fix(machine),
@@ -206,7 +209,7 @@ def swap_devices(machine: Machine) -> list[dict[str, str | int]] | None:
     text = machine.read("proc/swaps")
     if text is None:
         return None
-    devices = []
+    devices: list[dict[str, str | int]] = []
     for line in text.splitlines()[1:]:
         parts = line.split()
         if len(parts) >= 3 and parts[2].isdigit():
@@ -217,12 +220,11 @@ def swap_devices(machine: Machine) -> list[dict[str, str | int]] | None:
 def check_swap(machine: Machine) -> Finding:
     devices = swap_devices(machine)
     if devices is None:
-        return Finding("swap", Status.INFO, "cannot read /proc/swaps")
+        return SWAP.finding(Status.INFO, "cannot read /proc/swaps")
     total = sum(int(d["bytes"]) for d in devices)
     data = {"devices": devices, "total_bytes": total}
     if not devices:
-        return Finding(
-            "swap",
+        return SWAP.finding(
             Status.WARN,
             "no swap: if the models outgrow memory the kernel kills the server",
             fix=swap_fix(machine),
@@ -230,37 +232,32 @@ def check_swap(machine: Machine) -> Finding:
         )
     names = ", ".join(str(d["name"]) for d in devices)
     if total < MIN_SWAP_BYTES:
-        return Finding(
-            "swap",
+        return SWAP.finding(
             Status.WARN,
             f"only {mib(total)} of swap ({names}): too little to absorb a model",
             fix=swap_fix(machine),
             data=data,
         )
-    return Finding("swap", Status.OK, f"{mib(total)} of swap ({names})", data=data)
+    return SWAP.finding(Status.OK, f"{mib(total)} of swap ({names})", data=data)
 
 
 def check_zswap(machine: Machine) -> Finding:
     enabled = machine.read("sys/module/zswap/parameters/enabled")
     if enabled is None:
-        return Finding("zswap", Status.INFO, "cannot see zswap (not in this kernel, or no /sys)")
+        return ZSWAP.finding(Status.INFO, "cannot see zswap (not in this kernel, or no /sys)")
     compressor = machine.read("sys/module/zswap/parameters/compressor") or "?"
     pool = machine.read("sys/module/zswap/parameters/max_pool_percent") or "?"
     data = {"enabled": enabled, "compressor": compressor, "max_pool_percent": pool}
     if enabled.upper() in ("Y", "1"):
-        return Finding(
-            "zswap",
+        return ZSWAP.finding(
             Status.OK,
             f"on (compressor {compressor}, pool up to {pool}% of memory)",
             data=data,
         )
     devices = swap_devices(machine) or []
     if any("zram" in str(d["name"]) for d in devices):
-        return Finding(
-            "zswap", Status.OK, "off; swap is on zram, which compresses already", data=data
-        )
-    return Finding(
-        "zswap",
+        return ZSWAP.finding(Status.OK, "off; swap is on zram, which compresses already", data=data)
+    return ZSWAP.finding(
         Status.WARN,
         "off: swapped-out pages go to the SD card uncompressed, slowly"
         + ("" if devices else " (turn it on together with swap)"),
@@ -272,14 +269,13 @@ def check_zswap(machine: Machine) -> Finding:
 def check_desktop(machine: Machine) -> Finding:
     procs = processes(machine)
     if not procs:
-        return Finding("desktop", Status.INFO, "cannot see any processes in /proc")
+        return DESKTOP.finding(Status.INFO, "cannot see any processes in /proc")
     desktop = [(pid, comm) for pid, comm, _ in procs if comm in DESKTOP_PROCESSES]
     if not desktop:
-        return Finding("desktop", Status.OK, "no desktop session running")
+        return DESKTOP.finding(Status.OK, "no desktop session running")
     rss = sum(rss_bytes(machine, pid) for pid, _ in desktop)
     names = ", ".join(sorted({comm for _, comm in desktop}))
-    return Finding(
-        "desktop",
+    return DESKTOP.finding(
         Status.WARN,
         f"a desktop session is running ({names}; {mib(rss)} resident): memory the models could use",
         fix=DESKTOP_FIX,
@@ -308,16 +304,14 @@ def soc_temperature(machine: Machine) -> tuple[float, str] | None:
 def check_temperature(machine: Machine) -> Finding:
     reading = soc_temperature(machine)
     if reading is None:
-        return Finding(
-            "temperature",
+        return TEMPERATURE.finding(
             Status.INFO,
             "cannot see a SoC temperature (no thermal zone in /sys, no vcgencmd)",
         )
     celsius, source = reading
     data = {"celsius": celsius, "source": source}
     if celsius >= WARM_CELSIUS:
-        return Finding(
-            "temperature",
+        return TEMPERATURE.finding(
             Status.WARN,
             f"{celsius:.1f} °C ({source}): "
             + ("past" if celsius >= THROTTLE_CELSIUS else "near")
@@ -325,7 +319,7 @@ def check_temperature(machine: Machine) -> Finding:
             fix=COOLING_FIX,
             data=data,
         )
-    return Finding("temperature", Status.OK, f"{celsius:.1f} °C ({source})", data=data)
+    return TEMPERATURE.finding(Status.OK, f"{celsius:.1f} °C ({source})", data=data)
 
 
 def throttled_flags(machine: Machine) -> tuple[int, str] | None:
@@ -349,8 +343,7 @@ def throttled_flags(machine: Machine) -> tuple[int, str] | None:
 def check_throttling(machine: Machine) -> Finding:
     reading = throttled_flags(machine)
     if reading is None:
-        return Finding(
-            "throttling",
+        return THROTTLING.finding(
             Status.INFO,
             "cannot see the firmware's throttling flags (not a Raspberry Pi, or no vcgencmd)",
         )
@@ -358,16 +351,13 @@ def check_throttling(machine: Machine) -> Finding:
     names = [name for bit, name in THROTTLE_BITS.items() if flags & (1 << bit)]
     data = {"flags": f"0x{flags:x}", "source": source, "conditions": names}
     if not names:
-        return Finding(
-            "throttling", Status.OK, f"never throttled since boot (0x{flags:x})", data=data
-        )
+        return THROTTLING.finding(Status.OK, f"never throttled since boot (0x{flags:x})", data=data)
     fixes = []
     if any(flags & (1 << bit) for bit in UNDER_VOLTAGE_BITS):
         fixes.append(POWER_FIX)
     if flags & ~sum(1 << bit for bit in UNDER_VOLTAGE_BITS):
         fixes.append(COOLING_FIX)
-    return Finding(
-        "throttling",
+    return THROTTLING.finding(
         Status.WARN,
         f"0x{flags:x}: {', '.join(names)}",
         fix="; ".join(fixes),
@@ -443,8 +433,7 @@ def cpu_flags(machine: Machine) -> tuple[str, set[str]] | None:
 
 def check_llama_cpu(machine: Machine, build: LlamaBuild | str) -> Finding:
     if isinstance(build, str):
-        return Finding(
-            "llm-cpu",
+        return LLAMA_CPU.finding(
             Status.FAIL,
             f"llama.cpp does not load ({build}): the conversation engine cannot run",
             fix="script/setup (it builds llama-cpp-python for this machine)",
@@ -457,8 +446,7 @@ def check_llama_cpu(machine: Machine, build: LlamaBuild | str) -> Finding:
     }
     flags = cpu_flags(machine)
     if flags is None:
-        return Finding(
-            "llm-cpu",
+        return LLAMA_CPU.finding(
             Status.INFO,
             f"llama.cpp {build.version} uses {', '.join(used) or 'no SIMD'}; "
             "cannot read the CPU's own features (/proc/cpuinfo)",
@@ -470,10 +458,9 @@ def check_llama_cpu(machine: Machine, build: LlamaBuild | str) -> Finding:
     data["unused"] = unused
     summary = f"llama.cpp {build.version} uses {', '.join(used) or 'no SIMD'}"
     if not unused:
-        return Finding("llm-cpu", Status.OK, summary + ": all this CPU offers", data=data)
+        return LLAMA_CPU.finding(Status.OK, summary + ": all this CPU offers", data=data)
     fix = ARM_REBUILD_FIX if family == "arm" else X86_REBUILD_FIX.format(version=build.version)
-    return Finding(
-        "llm-cpu",
+    return LLAMA_CPU.finding(
         Status.WARN,
         f"{summary}; this CPU also has {', '.join(unused)}, which this build leaves out: "
         "the language model runs slower kernels",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-from .doctor_base import Finding, Status
-from .engines.llm import LlmSettings
-from .engines.remote_llm import RemoteChat, RemoteLlmError, RemoteLlmSettings
+from ..engines.llm import LlmSettings
+from ..engines.remote_llm import RemoteChat, RemoteLlmError, RemoteLlmSettings
+from .base import Check, Finding, Status
 
-CHECK = "llm-remote"
+REMOTE = Check("llm-remote", "the remote LLM engine, with --llm-url")
+
 # The reply's first word should be under way well within the time a listener notices a pause.
 SLOW_FIRST_PIECE_S = 1.5
 
@@ -17,8 +18,7 @@ def check_remote_llm(settings: RemoteLlmSettings, llm: LlmSettings | None = None
     try:
         return asyncio.run(_check(RemoteChat(settings, llm or LlmSettings())))
     except RemoteLlmError as err:
-        return Finding(
-            CHECK,
+        return REMOTE.finding(
             Status.FAIL,
             str(err),
             fix="start the engine, check --llm-url (most engines' ends in /v1), --llm-api-key "
@@ -32,8 +32,7 @@ async def _check(chat: RemoteChat) -> Finding:
     models = await chat.models()
     data: dict = {"url": settings.url, "models": models}
     if settings.model is not None and settings.model not in models:
-        return Finding(
-            CHECK,
+        return REMOTE.finding(
             Status.FAIL,
             f"{settings.url} does not list the model {settings.model!r} "
             f"(it lists {', '.join(models) or 'none'})",
@@ -54,12 +53,11 @@ async def _check(chat: RemoteChat) -> Finding:
         f"first piece of a reply in {probe.first_piece_s * 1000:.0f} ms{cold}"
     )
     if probe.first_piece_s > SLOW_FIRST_PIECE_S:
-        return Finding(
-            CHECK,
+        return REMOTE.finding(
             Status.WARN,
             message,
             fix="a smaller or already loaded model, or a faster engine host: "
             "every reply waits this long before its first word",
             data=data,
         )
-    return Finding(CHECK, Status.OK, message, data=data)
+    return REMOTE.finding(Status.OK, message, data=data)

@@ -10,8 +10,13 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from .doctor_base import Finding, Status
+from .base import Check, Finding, Status
+
+DEVICES = Check("audio-devices", "the microphones and speakers PortAudio sees")
+CAPTURE = Check("capture-16k", "whether the microphone opens 16 kHz mono")
+ECHO = Check("echo-cancellation", "whether WebRTC's echo canceller loads")
 
 CAPTURE_RATE = 16000
 CAPTURE_FIX = (
@@ -110,8 +115,8 @@ def check_audio(report: AudioReport) -> list[Finding]:
     if report.error:
         cannot = f"cannot ask PortAudio: {report.error}"
         return [
-            Finding("audio-devices", Status.INFO, cannot),
-            Finding("capture-16k", Status.INFO, cannot),
+            DEVICES.finding(Status.INFO, cannot),
+            CAPTURE.finding(Status.INFO, cannot),
         ]
     inputs = [d for d in report.devices if d.inputs > 0]
     outputs = [d for d in report.devices if d.outputs > 0]
@@ -121,8 +126,7 @@ def check_audio(report: AudioReport) -> list[Finding]:
         "default_output": report.default_output,
     }
     if not report.devices:
-        devices = Finding(
-            "audio-devices",
+        devices = DEVICES.finding(
             Status.INFO,
             "no audio devices: fine for the server alone; the satellite needs a microphone and "
             "a speaker (or --mic-command/--snd-command)",
@@ -130,8 +134,7 @@ def check_audio(report: AudioReport) -> list[Finding]:
         )
     elif not inputs or not outputs:
         missing = "microphone" if not inputs else "speaker"
-        devices = Finding(
-            "audio-devices",
+        devices = DEVICES.finding(
             Status.WARN,
             f"{len(inputs)} capture and {len(outputs)} playback devices: no {missing} for the "
             "satellite",
@@ -140,8 +143,7 @@ def check_audio(report: AudioReport) -> list[Finding]:
             data=data,
         )
     else:
-        devices = Finding(
-            "audio-devices",
+        devices = DEVICES.finding(
             Status.OK,
             f"{len(inputs)} capture and {len(outputs)} playback devices; default input "
             f"{_name(report, report.default_input)}, output {_name(report, report.default_output)}",
@@ -157,18 +159,16 @@ def _name(report: AudioReport, index: int | None) -> str:
 
 def _check_capture(report: AudioReport, inputs: list[AudioDevice]) -> Finding:
     if not inputs:
-        return Finding("capture-16k", Status.INFO, "no capture device to try 16 kHz mono on")
+        return CAPTURE.finding(Status.INFO, "no capture device to try 16 kHz mono on")
     device = next((d for d in inputs if d.index == report.default_input), inputs[0])
     data = {"device": device.name, "index": device.index, "default_rate": device.default_rate}
     if device.capture_16k:
-        return Finding(
-            "capture-16k",
+        return CAPTURE.finding(
             Status.OK,
             f"{device.name!r} opens 16 kHz mono 16-bit directly",
             data=data,
         )
-    return Finding(
-        "capture-16k",
+    return CAPTURE.finding(
         Status.WARN,
         f"{device.name!r} does not open 16 kHz mono 16-bit (it runs at "
         f"{device.default_rate:.0f} Hz): every chunk must be resampled",
@@ -196,8 +196,8 @@ class EchoChoice:
 def probe_echo_canceller() -> str | None:
     """None when WebRTC's AEC3 loads here and cancels a frame; else why not."""
     try:
-        from .satellite.echo import EchoCanceller
-        from .satellite.settings import EchoSettings
+        from ..satellite.echo import EchoCanceller
+        from ..satellite.settings import EchoSettings
 
         canceller = EchoCanceller(EchoSettings())
         canceller.process(bytes(1024), 0.0)
@@ -207,19 +207,17 @@ def probe_echo_canceller() -> str | None:
 
 
 def check_echo(choice: EchoChoice, probe: Callable[[], str | None]) -> Finding:
-    data = {"aec": choice.aec, "barge_in": choice.barge_in}
+    data: dict[str, Any] = {"aec": choice.aec, "barge_in": choice.barge_in}
     if not choice.aec:
         if choice.barge_in:
-            return Finding(
-                "echo-cancellation",
+            return ECHO.finding(
                 Status.WARN,
                 "off (--no-aec) while barge-in is on: where the microphone hears the speaker, "
                 "the satellite stops its own replies and answers its own voice",
                 fix="drop --no-aec, or add --no-barge-in where the mic cannot hear the speaker",
                 data=data,
             )
-        return Finding(
-            "echo-cancellation",
+        return ECHO.finding(
             Status.INFO,
             "off (--no-aec): fine only where the microphone cannot hear the speaker",
             data=data,
@@ -227,16 +225,14 @@ def check_echo(choice: EchoChoice, probe: Callable[[], str | None]) -> Finding:
     error = probe()
     if error is not None:
         data["error"] = error
-        return Finding(
-            "echo-cancellation",
+        return ECHO.finding(
             Status.WARN if choice.barge_in else Status.INFO,
             f"WebRTC's echo canceller cannot load here ({error}): the satellite runs without it"
             + (" and barge-in will hear the satellite's own replies" if choice.barge_in else ""),
             fix=AEC_FIX,
             data=data,
         )
-    return Finding(
-        "echo-cancellation",
+    return ECHO.finding(
         Status.OK,
         "active: WebRTC AEC3 takes the satellite's own playback (whatever speaker or command "
         "plays it) out of the microphone",

@@ -1,4 +1,4 @@
-"""What every doctor check shares: a finding, its status, and the machine it looks at.
+"""What every doctor check shares: its name, a finding, its status, and the machine it looks at.
 
 The machine is a root folder (normally `/`) so tests can point the checks at fake
 `/sys` and `/proc` trees, plus the optional `vcgencmd` of the Raspberry Pi firmware.
@@ -43,6 +43,22 @@ class Finding:
             "fix": self.fix,
             "data": self.data,
         }
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: its name (the only place it is spelled) and what it looks at.
+
+    registry.py lists every check once, in report order.
+    """
+
+    name: str
+    about: str
+
+    def finding(
+        self, status: Status, message: str, fix: str = "", data: dict[str, Any] | None = None
+    ) -> Finding:
+        return Finding(self.name, status, message, fix, data or {})
 
 
 @dataclass(frozen=True)
