@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+import pytest
 
 from wyoming_pivoice.satellite.audio_in import (
     CHUNK_BYTES,
@@ -319,6 +320,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow  # a real-time device through ALSA, with its timeouts
 def test_pyaudio_source_reopens_a_device_that_vanishes_and_comes_back(tmp_path: Path) -> None:
     """An ALSA stand-in capture device (the `file` plugin over `null`) that fails the way a
     pulled USB mic does: its data also goes to a pipe command, and while that command is
@@ -392,6 +394,7 @@ os._exit(0)  # a thread left in a stuck device call would hold up a normal exit
 """
 
 
+@pytest.mark.slow  # a real-time device through ALSA, with its timeouts
 def test_pyaudio_sink_gives_up_on_a_stuck_device_and_reopens_it(tmp_path: Path) -> None:
     """A playback device that stops taking audio (an ALSA stand-in whose data goes to a pipe
     command that reads nothing) costs that reply, 2 s after the device took its last piece

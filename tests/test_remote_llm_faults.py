@@ -199,6 +199,7 @@ async def _until(client: AsyncTcpClient, *ends: str) -> tuple[list[str], Event]:
                 return types, event
 
 
+@pytest.mark.slow  # a client slow on purpose, for 1.5 engine timeouts
 async def test_a_slow_consumer_is_not_the_engine_timing_out(stand_in: StandInEngine) -> None:
     """The timeout bounds the engine's waits only: a handler that takes longer than it to
     write a piece out (a slow client) does not end the reply."""
