@@ -14,9 +14,16 @@ from wyoming.event import Event, async_read_event
 from wyoming.info import Describe
 from wyoming.tts import Synthesize
 
-from .helpers import exchange, server_process
-from .test_concurrency import non_reader, open_raw
-from .test_fuzz import describe_works, encode, open_connections, server_process_of
+from .helpers import (
+    describe_works,
+    encode,
+    exchange,
+    non_reader,
+    open_connections,
+    open_raw,
+    server_process,
+    server_process_of,
+)
 
 MAX_CLIENTS = 3
 IDLE = 4.0
