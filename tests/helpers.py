@@ -15,16 +15,22 @@ import sys
 import time
 import wave
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
-from wyoming.asr import Transcribe
+import pytest
+from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event, async_read_event, async_write_event
-from wyoming.info import Describe
+from wyoming.info import Describe, Info
+from wyoming.ping import Ping
+from wyoming.pipeline import RunPipeline
 from wyoming.tts import Synthesize
+from wyoming.vad import VoiceStarted, VoiceStopped
 
 from wyoming_pivoice.bench.servers import stop
 from wyoming_pivoice.ports import free_port, wait_for_port
@@ -79,12 +85,19 @@ def read_wav(path: Path) -> tuple[bytes, int, int, int]:
         )
 
 
-def spawn(port: int, *argv: str, out: Any = subprocess.DEVNULL) -> subprocess.Popen:
+def pivoice_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a `wyoming-pivoice` child: `env` (or ours), output unbuffered so
+    that its log lines arrive as they happen."""
+    return {**(env or os.environ), "PYTHONUNBUFFERED": "1"}
+
+
+def spawn(
+    port: int, *argv: str, out: Any = subprocess.DEVNULL, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     """Start `python -m wyoming_pivoice *argv` and wait until it listens on `port`."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "wyoming_pivoice", *argv],
-        stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=pivoice_env(env),
     )  # fmt: skip
     try:
         wait_for_port(port, proc=proc)
@@ -336,3 +349,315 @@ def healthcheck_command() -> str:
     [health] = [a for w, a in final if w == "HEALTHCHECK"]
     assert "--start-period=" in health
     return health.split(" CMD ", 1)[1]
+
+
+# ---- speech and audio for the satellite ---------------------------------------------------
+
+
+def silence(seconds: float) -> bytes:
+    """16 kHz mono s16le silence."""
+    return bytes(int(seconds * 16000) * 2)
+
+
+def spoken(text: str, path: Path, speed: int = 150) -> bytes:
+    """espeak-ng speech at 16 kHz with its own leading and trailing silence trimmed."""
+    raw = path.with_suffix(".espeak.wav")
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", str(speed), "-w", str(raw), text], check=True)
+    trim = ["silence", "1", "0.02", "0.5%"]
+    subprocess.run(
+        ["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(path),
+         *trim, "reverse", *trim, "reverse"],
+        check=True,
+    )  # fmt: skip
+    raw.unlink()
+    return read_wav(path)[0]
+
+
+def write_wav(path: Path, pcm: bytes, rate: int = 16000, channels: int = 1) -> Path:
+    with wave.open(str(path), "wb") as wav:
+        wav.setframerate(rate)
+        wav.setsampwidth(2)
+        wav.setnchannels(channels)
+        wav.writeframes(pcm)
+    return path
+
+
+def check_reply_audio(pcm: bytes, rate: int, reply: str) -> None:
+    """`pcm` is speech of about the length `reply` takes to say."""
+    seconds = len(pcm) / 2 / rate
+    # piper speaks roughly 8–25 characters a second
+    assert len(reply) / 30 < seconds < len(reply) / 5 + 1.0, (seconds, reply)
+    assert np.abs(np.frombuffer(pcm, dtype="<i2")).max() > 1000  # audio, not silence
+
+
+def voiced_span(pcm: bytes, rate: int = 16000) -> tuple[int, int]:
+    """Byte offsets of the first and last sample louder than 2 % of full scale."""
+    samples = np.abs(np.frombuffer(pcm, dtype="<i2").astype(np.int32))
+    loud = np.flatnonzero(samples > 0.02 * 32768)
+    return int(loud[0]) * 2, int(loud[-1]) * 2 + 2
+
+
+def assert_covers_speech(streamed: bytes, mic_pcm: bytes) -> None:
+    """The streamed audio is a piece of the mic's audio that holds all of the speech."""
+    offset = mic_pcm.find(streamed)
+    assert offset >= 0 and offset % 2 == 0, "streamed audio is not a slice of the microphone's"
+    first, last = voiced_span(mic_pcm)
+    assert offset <= first, (
+        f"speech starts at {first / 32000:.2f} s, streaming at {offset / 32000:.2f} s"
+    )
+    end = offset + len(streamed)
+    assert end >= last, f"speech ends at {last / 32000:.2f} s, streaming at {end / 32000:.2f} s"
+    # Not much more than the speech: pre-speech (300 ms) + silence window (300 ms) + a frame.
+    assert len(streamed) - (last - first) <= int(0.7 * 32000) + 1024
+
+
+# ---- ALSA stand-in devices (no sound card: ALSA's `file` plugin over its `null` device) ----
+
+# A capture device reading `infile` and a playback device writing `outfile`.
+ALSA_FILE_DEVICES = """
+pcm.pivoicemic {{
+    type file
+    slave.pcm null
+    file "/dev/null"
+    infile "{infile}"
+    format "raw"
+}}
+pcm.pivoicespk {{
+    type file
+    slave.pcm null
+    file "{outfile}"
+    format "raw"
+}}
+"""
+
+# A capture device that fails like a pulled USB mic: its data also goes to a pipe command
+# (whose pid goes to `pidfile`), and while that command is gone (killed, and `present` is
+# absent) every read fails with an I/O error.
+ALSA_VANISHING_MIC = """
+pcm.pivoicemic {{
+    type file
+    slave.pcm null
+    file "|exec sh -c 'echo $$ > {pidfile}; test -e {present} && exec cat > /dev/null'"
+    infile "{infile}"
+    format "raw"
+}}
+"""
+
+
+def alsa_home(tmp_path: Path, asoundrc: str) -> dict[str, str]:
+    """An environment whose ALSA config (~/.asoundrc) is `asoundrc`."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".asoundrc").write_text(asoundrc)
+    return {**os.environ, "HOME": str(home)}
+
+
+# ---- the satellite process -----------------------------------------------------------------
+
+
+def satellite_argv(*args: str, clock: bool = False) -> list[str]:
+    """`python -m wyoming_pivoice satellite *args` logging at DEBUG; `clock` stamps the log
+    lines on the monotonic clock, to compare with the test's own."""
+    stamps = ["--log-clock", "monotonic"] if clock else []
+    return [sys.executable, "-m", "wyoming_pivoice", "--log-level", "DEBUG", *stamps,
+            "satellite", *args]  # fmt: skip
+
+
+def spawn_satellite(
+    *args: str,
+    stdout: Any = subprocess.DEVNULL,
+    stderr: Any = subprocess.STDOUT,
+    clock: bool = False,
+    env: dict[str, str] | None = None,
+    port: int | None = None,
+) -> subprocess.Popen:
+    """Start a satellite (text output); with `port` (Home Assistant mode, `--uri` on it),
+    wait until it listens."""
+    proc = subprocess.Popen(
+        satellite_argv(*args, clock=clock),
+        stdout=stdout, stderr=stderr, text=True, cwd=REPO, env=pivoice_env(env),
+    )  # fmt: skip
+    if port is not None:
+        try:
+            wait_for_port(port, proc=proc)
+        except BaseException:
+            proc.kill()
+            raise
+    return proc
+
+
+def run_satellite(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """Run a standalone satellite to its end; its output captured."""
+    return subprocess.run(
+        satellite_argv(*args),
+        cwd=REPO, capture_output=True, text=True, timeout=timeout, env=pivoice_env(env),
+    )  # fmt: skip
+
+
+HA_TIMEOUT = 60.0  # seconds the Home Assistant stand-in waits for anything
+
+
+@dataclass
+class Satellite:
+    """A satellite in Home Assistant mode, listening on `port`, logging to `log`."""
+
+    port: int
+    proc: subprocess.Popen
+    log: Path
+
+    def wait(self, timeout: float = HA_TIMEOUT) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"satellite still running after {timeout} s\n{self.log.read_text()}")
+
+    def log_text(self) -> str:
+        return self.log.read_text()
+
+
+@contextlib.contextmanager
+def ha_mode_satellite(tmp_path: Path, *extra: str) -> Iterator[Satellite]:
+    """A satellite for Home Assistant (no zeroconf) for the duration of the block."""
+    port = free_port()
+    log = tmp_path / f"satellite-{port}.log"
+    with open(log, "w") as out:
+        proc = spawn_satellite(
+            "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf", *extra, stdout=out, port=port
+        )
+        try:
+            yield Satellite(port, proc, log)
+        finally:
+            stop(proc)
+
+
+# ---- Home Assistant's side of a satellite --------------------------------------------------
+
+HA_CHUNK_BYTES = 2048  # HA's _AUDIO_CHUNK_BYTES: 1024 samples
+
+
+@dataclass
+class Stream:
+    """One run the satellite streamed: run-pipeline, audio-start, chunks, audio-stop."""
+
+    run: RunPipeline
+    start: AudioStart
+    pcm: bytes
+    others: list[Event] = field(default_factory=list)  # pongs etc. in between
+
+    @property
+    def seconds(self) -> float:
+        return len(self.pcm) / (self.start.rate * self.start.width * self.start.channels)
+
+
+class FakeHomeAssistant:
+    """What homeassistant/components/wyoming/assist_satellite.py does on a satellite's
+    connection: run-satellite, pings, the pipeline events HA forwards, the reply's audio."""
+
+    def __init__(self, port: int) -> None:
+        self.client = AsyncTcpClient("127.0.0.1", port)
+        self._pinger: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> FakeHomeAssistant:
+        await self.client.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._pinger is not None:
+            self._pinger.cancel()
+        await self.client.disconnect()
+
+    def keep_pinging(self) -> None:
+        """HA's keepalive: a ping every 2 s (it sends the next one 2 s after each pong)."""
+
+        async def pinger() -> None:
+            with contextlib.suppress(ConnectionError, AssertionError):
+                while True:
+                    await asyncio.sleep(2.0)  # HA's pace, not synchronisation
+                    await self.send(Ping().event())
+
+        self._pinger = asyncio.create_task(pinger())
+
+    async def send(self, *events: Event) -> None:
+        for event in events:
+            await self.client.write_event(event)
+
+    async def read(self, timeout: float = HA_TIMEOUT) -> Event | None:
+        return await asyncio.wait_for(self.client.read_event(), timeout)
+
+    async def read_until(self, kind: str, timeout: float = HA_TIMEOUT) -> tuple[Event, list[Event]]:
+        before: list[Event] = []
+        while True:
+            event = await self.read(timeout)
+            assert event is not None, f"connection closed while waiting for {kind}: {before}"
+            if event.type == kind:
+                return event, before
+            before.append(event)
+
+    async def describe(self) -> Info:
+        await self.send(Describe().event())
+        event, _ = await self.read_until("info")
+        return Info.from_event(event)
+
+    async def receive_stream(self) -> Stream:
+        """Everything of one run up to the satellite's audio-stop."""
+        event, others = await self.read_until("run-pipeline")
+        run = RunPipeline.from_event(event)
+        event, more = await self.read_until("audio-start")
+        others += more
+        start = AudioStart.from_event(event)
+        pcm = bytearray()
+        while True:
+            event = await self.read()
+            assert event is not None, "satellite closed the connection mid-stream"
+            if AudioChunk.is_type(event.type):
+                chunk = AudioChunk.from_event(event)
+                assert (chunk.rate, chunk.width, chunk.channels) == (16000, 2, 1)
+                pcm += chunk.audio
+            elif AudioStop.is_type(event.type):
+                return Stream(run, start, bytes(pcm), others)
+            else:
+                others.append(event)
+
+    async def pipeline_events(self, transcript: str) -> None:
+        """What HA forwards from its pipeline between STT start and TTS (research table 3a)."""
+        await self.send(
+            Transcribe(language="en").event(),
+            VoiceStarted(timestamp=300).event(),
+            VoiceStopped(timestamp=2000).event(),
+            Transcript(text=transcript).event(),
+        )
+
+    async def send_reply(self, pcm: bytes, rate: int, stop: bool = True) -> None:
+        """Stream TTS audio the way HA's _stream_tts does (with timestamps)."""
+        await self.send(AudioStart(rate=rate, width=2, channels=1, timestamp=0).event())
+        timestamp = 0
+        for offset in range(0, len(pcm), HA_CHUNK_BYTES):
+            chunk = AudioChunk(
+                rate=rate,
+                width=2,
+                channels=1,
+                audio=pcm[offset : offset + HA_CHUNK_BYTES],
+                timestamp=timestamp,
+            )
+            await self.send(chunk.event())
+            timestamp += chunk.milliseconds
+        if stop:
+            await self.send(AudioStop(timestamp=timestamp).event())
+
+
+async def stt(server_port: int, pcm: bytes) -> str:
+    """HA's STT step, done by the real pivoice server."""
+    events = transcribe_events(pcm, 16000, chunk=8192)
+    replies = await exchange(server_port, events, until="transcript")
+    return replies[-1].data["text"]
+
+
+async def tts(server_port: int, text: str) -> tuple[bytes, int]:
+    """HA's TTS step (preferred format: 22050 Hz mono 16-bit WAV), by the real server."""
+    replies = await exchange(server_port, [Synthesize(text=text).event()], until="audio-stop")
+    start = next(AudioStart.from_event(e) for e in replies if AudioStart.is_type(e.type))
+    assert (start.rate, start.width, start.channels) == (22050, 2, 1)
+    pcm = b"".join(e.payload or b"" for e in replies if AudioChunk.is_type(e.type))
+    return pcm, start.rate

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,8 +16,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .helpers import REPO, free_port, spawn_server
-from .test_satellite_standalone import check_reply_audio, silence, spoken, words
+from .helpers import (
+    REPO,
+    check_reply_audio,
+    free_port,
+    silence,
+    spawn_satellite,
+    spawn_server,
+    spoken,
+    words,
+)
 
 
 def test_server_killed_mid_turn_is_reported_and_the_satellite_comes_back(tmp_path: Path) -> None:
@@ -37,29 +44,11 @@ def test_server_killed_mid_turn_is_reported_and_the_satellite_comes_back(tmp_pat
     log = tmp_path / "turns.jsonl"
     port = free_port()
     server = spawn_server(port)
-    sat = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "wyoming_pivoice",
-            "--log-level",
-            "DEBUG",
-            "satellite",
-            "--server",
-            f"tcp://127.0.0.1:{port}",
-            "--mic-command",
-            mic,
-            "--snd-wav",
-            str(tmp_path / "reply{n}.wav"),
-            "--timing-log",
-            str(log),
-        ],
-        cwd=REPO,
+    sat = spawn_satellite(
+        "--server", f"tcp://127.0.0.1:{port}", "--mic-command", mic,
+        "--snd-wav", str(tmp_path / "reply{n}.wav"), "--timing-log", str(log),
         stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    )  # fmt: skip
     endpoint = threading.Event()
     lines: list[str] = []
 
@@ -162,15 +151,10 @@ def standalone(
     )
     log, timing = tmp_path / "satellite.log", tmp_path / "turns.jsonl"
     with open(log, "w") as err:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "wyoming_pivoice", "--log-level", "DEBUG",
-                "--log-clock", "monotonic", "satellite",
-                "--server", f"tcp://127.0.0.1:{server_port}",
-                "--mic-command", mic, "--snd-command", speaker, "--timing-log", str(timing),
-            ],
-            cwd=REPO, stderr=err, stdout=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        proc = spawn_satellite(
+            "--server", f"tcp://127.0.0.1:{server_port}",
+            "--mic-command", mic, "--snd-command", speaker, "--timing-log", str(timing),
+            stderr=err, clock=True,
         )  # fmt: skip
         sat = Standalone(proc, tmp_path, log, timing)
         try:

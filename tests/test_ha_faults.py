@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import wave
 from collections.abc import Iterator
@@ -36,9 +35,17 @@ from wyoming_pivoice.satellite.endpoint import Endpointer
 from wyoming_pivoice.satellite.ha import HaSatellite
 from wyoming_pivoice.satellite.settings import SatelliteSettings, VadSettings
 
-from .helpers import REPO, free_port, make_speech, read_wav, wait_for_port
-from .test_audio_io import VANISHING_ASOUNDRC
-from .test_ha_satellite import FakeHomeAssistant, assert_covers_speech
+from .helpers import (
+    ALSA_VANISHING_MIC,
+    FakeHomeAssistant,
+    alsa_home,
+    assert_covers_speech,
+    free_port,
+    make_speech,
+    read_wav,
+    spawn_satellite,
+    wait_for_port,
+)
 
 SILENT_GAP = bytes(int(0.096 * 16000) * 2)  # 3 VAD frames
 
@@ -126,15 +133,10 @@ def ha_satellite(
     port = free_port()
     log = tmp_path / "satellite.log"
     out = open(log, "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "wyoming_pivoice", "--log-level", "DEBUG",
-            "--log-clock", "monotonic", "satellite",
-            "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf",
-            *mic, "--snd-command", speaker_command(tmp_path, hang_first), *extra,
-        ],
-        stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-        env={**(env or os.environ), "PYTHONUNBUFFERED": "1"},
+    proc = spawn_satellite(
+        "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf",
+        *mic, "--snd-command", speaker_command(tmp_path, hang_first), *extra,
+        stdout=out, clock=True, env=env,
     )  # fmt: skip
     sat = Sat(proc, port, log, tmp_path)
     try:
@@ -256,12 +258,9 @@ async def test_a_mic_device_that_vanishes_and_comes_back(tmp_path: Path, voice: 
     infile, pidfile, present = tmp_path / "in.raw", tmp_path / "sink.pid", tmp_path / "present"
     infile.write_bytes(bytes(32000) + voice.command + bytes(64000))
     present.touch()
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".asoundrc").write_text(
-        VANISHING_ASOUNDRC.format(pidfile=pidfile, present=present, infile=infile)
+    env = alsa_home(
+        tmp_path, ALSA_VANISHING_MIC.format(pidfile=pidfile, present=present, infile=infile)
     )
-    env = {**os.environ, "HOME": str(home)}
     with ha_satellite(tmp_path, voice, mic_device="pivoicemic", env=env) as sat:
         ha = await connect(sat)
         try:
