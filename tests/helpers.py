@@ -14,8 +14,9 @@ import subprocess
 import sys
 import time
 import wave
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +30,36 @@ from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.info import Describe, Info
 from wyoming.ping import Ping
 from wyoming.pipeline import RunPipeline
+from wyoming.server import AsyncTcpServer
 from wyoming.tts import Synthesize
 from wyoming.vad import VoiceStarted, VoiceStopped
 
 from wyoming_pivoice.bench.servers import stop
 from wyoming_pivoice.ports import free_port, wait_for_port
+from wyoming_pivoice.server.handler import PivoiceEventHandler
+from wyoming_pivoice.server.services import Services
 
 REPO = Path(__file__).resolve().parent.parent
 ADDON = REPO / "addon"
 CONSTRAINTS = ADDON / "constraints.txt"  # the pins of the add-on image and CI
+POLL = 0.02  # seconds between two looks at a state that has no event to wait on
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+    """Wait until `condition()` holds (a file, a log line, a socket's state), failing with
+    `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s"
+        time.sleep(POLL)
+
+
+async def until(condition: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+    """`wait_until` for a test on the event loop: the loop runs while it waits."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s"
+        await asyncio.sleep(POLL)
 
 
 def make_speech(
@@ -144,6 +166,37 @@ async def exchange(
                 replies.append(event)
                 if event.type == until:
                     return replies
+
+
+@contextlib.asynccontextmanager
+async def in_process_server(services: Services) -> AsyncIterator[int]:
+    """The server's Wyoming handler on `services` in this process (where a test may swap in
+    stand-in engines or wrap the real ones), on a loopback port; yields the port."""
+    port = free_port()
+    server = AsyncTcpServer("127.0.0.1", port)
+    await server.start(partial(PivoiceEventHandler, services))
+    try:
+        yield port
+    finally:
+        await server.stop()
+
+
+def turn_event(text: str, conversation_id: str | None = None, turn_id: str | None = None) -> Event:
+    """A conversation turn (`transcript` to the server), with its context if given."""
+    context = {k: v for k, v in (("conversation_id", conversation_id), ("turn_id", turn_id)) if v}
+    return Event("transcript", {"text": text, **({"context": context} if context else {})})
+
+
+async def read_until(client: AsyncTcpClient, *ends: str, timeout: float = 120) -> list[Event]:
+    """Replies on `client` up to the first of the event types `ends` (inclusive)."""
+    replies: list[Event] = []
+    async with asyncio.timeout(timeout):
+        while True:
+            event = await client.read_event()
+            assert event is not None, f"connection closed after {[e.type for e in replies]}"
+            replies.append(event)
+            if event.type in ends:
+                return replies
 
 
 def words(text: str) -> set[str]:
@@ -322,6 +375,19 @@ def open_connections(proc: psutil.Process, timeout: float = 30.0) -> list[str]:
         if not held or time.monotonic() > deadline:
             return held
         time.sleep(0.2)
+
+
+def wait_until_dropped(proc: psutil.Process, client_port: int, timeout: float) -> None:
+    """Wait until the server `proc` has let go of (closed or aborted) our connection from
+    `client_port`."""
+
+    def dropped() -> bool:
+        return not any(
+            c.raddr and c.raddr.port == client_port and c.status == psutil.CONN_ESTABLISHED
+            for c in proc.net_connections("tcp")
+        )
+
+    wait_until(dropped, f"drop of the connection from port {client_port}", timeout)
 
 
 # ---- the add-on image ----------------------------------------------------------------------

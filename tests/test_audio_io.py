@@ -27,7 +27,7 @@ from wyoming_pivoice.satellite.audio_in import (
 from wyoming_pivoice.satellite.audio_out import PRIMER_SECONDS, CommandSink, NullSink, WavSink
 from wyoming_pivoice.satellite.settings import MicSettings
 
-from .helpers import ALSA_FILE_DEVICES, ALSA_VANISHING_MIC, REPO, alsa_home, write_wav
+from .helpers import ALSA_FILE_DEVICES, ALSA_VANISHING_MIC, REPO, alsa_home, until, write_wav
 
 
 def tone(seconds: float, rate: int = 16000, freq: float = 440.0) -> bytes:
@@ -171,16 +171,17 @@ async def test_command_sink_substitutes_the_format_and_waits_for_the_command(
 async def test_stop_drops_the_rest_of_a_reply(tmp_path: Path) -> None:
     sink = NullSink(realtime=True)
     await sink.play(tone(5.0, 22050), 22050, 2, 1)
-    await asyncio.sleep(0.05)
-    assert sink.playing
+    await until(lambda: sink.playing, "playback", 5.0)
     await asyncio.wait_for(sink.stop(), 1.0)  # far sooner than the 5 s the reply lasts
     assert not sink.playing
     assert sink.first_sample_at is not None
 
-    command = CommandSink(f"cat > {tmp_path / 'x.raw'}; sleep 30")
+    played = tmp_path / "x.raw"
+    command = CommandSink(f"cat > {played}; sleep 30")
     await command.play(tone(0.1, 22050), 22050, 2, 1)
     drain = asyncio.create_task(command.drain())
-    await asyncio.sleep(0.1)
+    await until(played.exists, "speaker command", 5.0)  # its shell has opened the file
+    await asyncio.sleep(0)  # and the drain task waits on the reply
     await asyncio.wait_for(command.stop(), 5.0)  # kills the command: barge-in
     await asyncio.wait_for(drain, 5.0)  # and whoever waited for the reply is released
 

@@ -43,7 +43,9 @@ def test_server_killed_mid_turn_is_reported_and_the_satellite_comes_back(tmp_pat
     )
     log = tmp_path / "turns.jsonl"
     port = free_port()
-    server = spawn_server(port)
+    server_log = tmp_path / "server.log"
+    with open(server_log, "w") as out:
+        server = spawn_server(port, out=out)
     sat = spawn_satellite(
         "--server", f"tcp://127.0.0.1:{port}", "--mic-command", mic,
         "--snd-wav", str(tmp_path / "reply{n}.wav"), "--timing-log", str(log),
@@ -62,6 +64,12 @@ def test_server_killed_mid_turn_is_reported_and_the_satellite_comes_back(tmp_pat
     threading.Thread(target=watch, daemon=True).start()
     try:
         assert endpoint.wait(60), "".join(lines[-30:])
+        # Frozen, the server sends nothing more; turn 1 must still be under way: the
+        # satellite has not ended it, and the server has not finished its answer (the
+        # reply's text, let alone all of its speech).
+        server.send_signal(signal.SIGSTOP)
+        assert not log.exists() or not log.read_text(), "turn 1 ended before the server died"
+        assert "Answered in" not in server_log.read_text(), "turn 1 was answered already"
         server.kill()  # mid-turn: ASR or the LLM is running for turn 1
         server.wait()
         server = spawn_server(port)
