@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psutil
@@ -36,8 +36,9 @@ from wyoming.vad import VoiceStarted, VoiceStopped
 
 from wyoming_pivoice.bench.servers import stop
 from wyoming_pivoice.ports import free_port, wait_for_port
-from wyoming_pivoice.server.handler import PivoiceEventHandler
-from wyoming_pivoice.server.services import Services
+
+if TYPE_CHECKING:
+    from wyoming_pivoice.server.services import Services
 
 REPO = Path(__file__).resolve().parent.parent
 ADDON = REPO / "addon"
@@ -121,6 +122,11 @@ def spawn(
         [sys.executable, "-m", "wyoming_pivoice", *argv],
         stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=pivoice_env(env),
     )  # fmt: skip
+    return listening(proc, port)
+
+
+def listening(proc: subprocess.Popen, port: int) -> subprocess.Popen:
+    """`proc` once it listens on `port` (killed if it exits or never does)."""
     try:
         wait_for_port(port, proc=proc)
     except BaseException:
@@ -172,6 +178,9 @@ async def exchange(
 async def in_process_server(services: Services) -> AsyncIterator[int]:
     """The server's Wyoming handler on `services` in this process (where a test may swap in
     stand-in engines or wrap the real ones), on a loopback port; yields the port."""
+    # Imported here: the processes that import this module for the rest need no server code.
+    from wyoming_pivoice.server.handler import PivoiceEventHandler
+
     port = free_port()
     server = AsyncTcpServer("127.0.0.1", port)
     await server.start(partial(PivoiceEventHandler, services))
@@ -477,6 +486,33 @@ def assert_covers_speech(streamed: bytes, mic_pcm: bytes) -> None:
     assert len(streamed) - (last - first) <= int(0.7 * 32000) + 1024
 
 
+def mic_on_cue(folder: Path, speech: bytes) -> str:
+    """A --mic-command (a shell loop, as in the README) that reads silence, 3 VAD frames at a
+    time, and says `speech` once each time the file folder/go appears (see `cue`)."""
+    (folder / "speech.raw").write_bytes(speech)
+    (folder / "gap.raw").write_bytes(silence(0.096))
+    go = folder / "go"
+    return (
+        f"while :; do if [ -e {go} ]; then rm -f {go}; cat {folder}/speech.raw; "
+        f"else cat {folder}/gap.raw; fi; done"
+    )
+
+
+def cue(folder: Path) -> None:
+    """The `mic_on_cue` microphone in `folder` says its speech once."""
+    (folder / "go").touch()
+
+
+def assert_all_gone(processes: list[psutil.Process]) -> None:
+    """None of `processes` (a satellite's children, say) is still running."""
+    alive = []
+    for proc in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc.cmdline())
+    assert not alive, f"left running: {alive}"
+
+
 # ---- ALSA stand-in devices (no sound card: ALSA's `file` plugin over its `null` device) ----
 
 # A capture device reading `infile` and a playback device writing `outfile`.
@@ -543,13 +579,7 @@ def spawn_satellite(
         satellite_argv(*args, clock=clock),
         stdout=stdout, stderr=stderr, text=True, cwd=REPO, env=pivoice_env(env),
     )  # fmt: skip
-    if port is not None:
-        try:
-            wait_for_port(port, proc=proc)
-        except BaseException:
-            proc.kill()
-            raise
-    return proc
+    return proc if port is None else listening(proc, port)
 
 
 def run_satellite(

@@ -18,8 +18,11 @@ import pytest
 
 from .helpers import (
     REPO,
+    assert_all_gone,
     check_reply_audio,
+    cue,
     free_port,
+    mic_on_cue,
     silence,
     spawn_satellite,
     spawn_server,
@@ -104,7 +107,7 @@ class Standalone:
     timing: Path
 
     def speak(self) -> None:
-        (self.folder / "go").touch()
+        cue(self.folder)
 
     def text(self) -> str:
         return self.log.read_text()
@@ -135,12 +138,7 @@ class Standalone:
         text = self.text()
         assert code == 0, text[-3000:]
         assert "Traceback" not in text and "Event loop is closed" not in text, text[-3000:]
-        alive = []
-        for child in children:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                if child.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(child.cmdline())
-        assert not alive, f"left running: {alive}"
+        assert_all_gone(children)
         return took
 
 
@@ -150,13 +148,7 @@ def standalone(
 ) -> Iterator[Standalone]:
     """The satellite on the real server; its mic (a shell loop, as in the README) reads
     silence and asks `question` each time `go` appears."""
-    (tmp_path / "speech.raw").write_bytes(spoken(question, tmp_path / "q.wav") + silence(1.0))
-    (tmp_path / "gap.raw").write_bytes(silence(0.096))
-    go = tmp_path / "go"
-    mic = (
-        f"while :; do if [ -e {go} ]; then rm -f {go}; cat {tmp_path}/speech.raw; "
-        f"else cat {tmp_path}/gap.raw; fi; done"
-    )
+    mic = mic_on_cue(tmp_path, spoken(question, tmp_path / "q.wav") + silence(1.0))
     log, timing = tmp_path / "satellite.log", tmp_path / "turns.jsonl"
     with open(log, "w") as err:
         proc = spawn_satellite(

@@ -675,7 +675,8 @@ def main(argv: list[str] | None = None) -> int:
     with server as port, Fuzzer(port) as fuzz_once:
         fuzz_once.loop.run_until_complete(describe_works(port))
         proc = server_process_of(port)
-        # Let the models finish loading (and warm up) before the baseline.
+        # Let the models finish loading (and warm up) before the baseline (script/fuzz only:
+        # a settling pause before a measurement, then until the CPU is quiet).
         time.sleep(1)
         while proc.cpu_percent(0.5) > 20:
             pass

@@ -39,16 +39,17 @@ from .helpers import (
     ALSA_VANISHING_MIC,
     FakeHomeAssistant,
     alsa_home,
+    assert_all_gone,
     assert_covers_speech,
+    cue,
     free_port,
     make_speech,
+    mic_on_cue,
     read_wav,
     spawn_satellite,
     until,
     wait_for_port,
 )
-
-SILENT_GAP = bytes(int(0.096 * 16000) * 2)  # 3 VAD frames
 
 
 def as_played(reply: bytes, rate: int = 22050) -> bytes:
@@ -84,7 +85,7 @@ class Sat:
 
     def speak(self) -> None:
         """The mic says the command once (it reads silence otherwise)."""
-        (self.folder / "go").touch()
+        cue(self.folder)
 
     def text(self) -> str:
         return self.log.read_text()
@@ -99,13 +100,8 @@ class Sat:
 def mic_command(folder: Path, voice: Voice, die_after: int = 0) -> str:
     """Silence, and the command each time `go` appears. With `die_after`, its first life
     writes that many bytes and dies (exit 3); the satellite restarts it."""
-    (folder / "speech.raw").write_bytes(voice.command)
-    (folder / "gap.raw").write_bytes(SILENT_GAP)
-    go, died = folder / "go", folder / "died"
-    loop = (
-        f"while :; do if [ -e {go} ]; then rm -f {go}; cat {folder}/speech.raw; "
-        f"else cat {folder}/gap.raw; fi; done"
-    )
+    loop = mic_on_cue(folder, voice.command)
+    died = folder / "died"
     if not die_after:
         return loop
     noise = folder / "noise.raw"
@@ -191,15 +187,6 @@ async def connected(sat: Sat) -> AsyncIterator[FakeHomeAssistant]:
 async def pipeline_on_a_new_connection(sat: Sat, voice: Voice) -> None:
     async with connected(sat) as ha:
         await normal_pipeline(sat, voice, ha)
-
-
-def assert_all_gone(processes: list[psutil.Process]) -> None:
-    alive = []
-    for proc in processes:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc.cmdline())
-    assert not alive, f"left running: {alive}"
 
 
 # ---- freeze 1: HA leaves just as a reply starts; a speaker that hangs -------------------
