@@ -15,18 +15,17 @@ SLOW_FIXTURES = {
     "server_port",  # the session server on the real models
     "limited_port", "slots_port", "memory_port", "short_text_port", "tiny_port",  # servers
     "voice_loaded", "fuzz_server", "reply_audio",  # answers of the session server
-    "asr", "llm", "tts", "voice",  # real models loaded in the test process
+    "asr", "llm", "tts", "faulty",  # real models loaded in the test process
     "engine", "running", "pivoice",  # llama.cpp's own server and a server using it
     "bench_result", "corpus_dir",  # the bench; its corpus spoken by espeak-ng
     "dist", "venv", "installed_server",  # a wheel built and installed afresh
 }  # fmt: skip
-# Modules whose tests start the server or satellite processes themselves, run real-time
-# rooms or drive the whole add-on: slow whatever their fixtures.
+# Modules whose tests start server or satellite processes themselves or run real-time rooms:
+# slow whatever their fixtures. (Single slow tests elsewhere carry @pytest.mark.slow.)
 SLOW_MODULES = {
-    "test_addon_service", "test_concurrency", "test_doctor_cpu", "test_faults_satellite",
-    "test_faults_server", "test_ha_faults", "test_ha_satellite", "test_ha_satellite_zeroconf",
-    "test_room", "test_satellite_room", "test_satellite_standalone", "test_server_startup",
-    "test_wheel_install", "test_zeroconf",
+    "test_concurrency", "test_faults_satellite", "test_ha_faults",
+    "test_ha_satellite", "test_ha_satellite_zeroconf", "test_room", "test_satellite_room",
+    "test_satellite_standalone", "test_server_startup", "test_wheel_install", "test_zeroconf",
 }  # fmt: skip
 
 
