@@ -1,4 +1,5 @@
-"""Session-wide fixtures: one real server on the embedded models, shared by the tests."""
+"""Session-wide fixtures (one real server on the embedded models, shared by the tests) and the
+`slow` marker, applied here so that `script/test -m "not slow"` runs the logic tests alone."""
 
 from __future__ import annotations
 
@@ -8,6 +9,31 @@ from pathlib import Path
 import pytest
 
 from .helpers import make_speech, server_process
+
+# Fixtures that start a server, a model or an outside program: a test using any is slow.
+SLOW_FIXTURES = {
+    "server_port",  # the session server on the real models
+    "limited_port", "slots_port", "memory_port", "short_text_port", "tiny_port",  # servers
+    "voice_loaded", "fuzz_server", "reply_audio",  # answers of the session server
+    "asr", "llm", "tts", "faulty",  # real models loaded in the test process
+    "engine", "running", "pivoice",  # llama.cpp's own server and a server using it
+    "bench_result", "corpus_dir",  # the bench; its corpus spoken by espeak-ng
+    "dist", "venv", "installed_server",  # a wheel built and installed afresh
+}  # fmt: skip
+# Modules whose tests start server or satellite processes themselves or run real-time rooms:
+# slow whatever their fixtures. (Single slow tests elsewhere carry @pytest.mark.slow.)
+SLOW_MODULES = {
+    "test_concurrency", "test_faults_satellite", "test_ha_faults",
+    "test_ha_satellite", "test_ha_satellite_zeroconf", "test_room", "test_satellite_room",
+    "test_satellite_standalone", "test_server_startup", "test_wheel_install", "test_zeroconf",
+}  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & SLOW_FIXTURES or item.path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -20,4 +20,4 @@ while data := sys.stdin.buffer.read(bytes_per_second // 100):
     log.write(f"{start:.4f} {clock:.4f}\n")
     ahead = clock - time.monotonic() - BUFFER
     if ahead > 0:
-        time.sleep(ahead)
+        time.sleep(ahead)  # a device plays at real time: its pace, not synchronisation

@@ -28,9 +28,8 @@ import yaml
 from wyoming_pivoice import __version__
 from wyoming_pivoice.__main__ import build_parser
 
-from .helpers import REPO
+from .helpers import ADDON, REPO
 
-ADDON = REPO / "addon"
 FIXTURES = Path(__file__).parent / "fixtures" / "addon"
 
 # --- the Supervisor's rules -----------------------------------------------------------------
@@ -486,6 +485,27 @@ def test_named_satellite_with_commands_and_no_wake_word(
     ]  # fmt: skip
     parses(server)
     parses(satellite)
+
+
+def test_remote_llm_options(tmp_path: Path) -> None:
+    """The add-on's remote LLM options become the server's --llm-* flags; the key stays out
+    of the command line and the log."""
+    options = {
+        **yaml.safe_load((ADDON / "config.yaml").read_text())["options"],
+        "llm_url": "http://192.168.1.20:8080/v1",
+        "llm_api_key": "sk-secret-4711",
+        "llm_remote_model": "qwen2.5-7b-instruct",
+        "llm_fallback": "local",
+    }
+    server, _, _, log = run_addon(tmp_path, options, satellite=False)
+    assert server == [
+        *DEFAULT_SERVER,
+        "--llm-url", "http://192.168.1.20:8080/v1",
+        "--llm-remote-model", "qwen2.5-7b-instruct",
+        "--llm-fallback", "local",
+    ]  # fmt: skip
+    assert "sk-secret-4711" not in log
+    parses(server)
 
 
 def test_the_addon_stops_when_the_server_dies(tmp_path: Path, defaults: dict[str, Any]) -> None:

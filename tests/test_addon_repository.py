@@ -22,10 +22,8 @@ from packaging.requirements import Requirement
 
 from wyoming_pivoice import __version__
 
-from .helpers import REPO
+from .helpers import ADDON, CONSTRAINTS, REPO, dockerfile_stages, healthcheck_command
 
-ADDON = REPO / "addon"
-CONSTRAINTS = ADDON / "constraints.txt"
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
 
 
@@ -161,21 +159,6 @@ def test_constraints_match_what_script_setup_installed() -> None:
 # --- the image's recipe -------------------------------------------------------------------------
 
 
-def stages() -> list[list[tuple[str, str]]]:
-    """The Dockerfile's stages: (INSTRUCTION, arguments), continuations joined, comments gone."""
-    text = (ADDON / "Dockerfile").read_text()
-    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
-    joined = re.sub(r"\\\n", " ", "\n".join(lines))
-    result: list[list[tuple[str, str]]] = [[]]
-    for line in joined.splitlines():
-        if line.strip():
-            word, _, rest = line.strip().partition(" ")
-            if word.upper() == "FROM":
-                result.append([])
-            result[-1].append((word.upper(), " ".join(rest.split())))
-    return result
-
-
 def apt_packages(run: str) -> set[str]:
     match = re.search(r"apt-get install -y --no-install-recommends ([^&]+)", run)
     assert match, run
@@ -189,7 +172,7 @@ def setup_array(name: str) -> set[str]:
 
 
 def test_image_is_multi_stage_and_ships_no_toolchain() -> None:
-    preamble, build, final = stages()
+    preamble, build, final = dockerfile_stages()
     assert preamble[0][0] == "ARG" and preamble[0][1].startswith("BUILD_FROM=")
     assert build[0] == ("FROM", "${BUILD_FROM} AS build")
     assert final[0] == ("FROM", "${BUILD_FROM}")
@@ -206,7 +189,7 @@ def test_image_is_multi_stage_and_ships_no_toolchain() -> None:
 
 
 def test_image_installs_the_pinned_release_like_script_setup() -> None:
-    _, build, _ = stages()
+    _, build, _ = dockerfile_stages()
     run = " ; ".join(a for w, a in build if w == "RUN" and "pip install" in a)
     assert run.count("--constraint /tmp/addon/constraints.txt") == 3
     assert '"wyoming-pivoice[embedded,wake]==${BUILD_VERSION}"' in run
@@ -219,14 +202,6 @@ def test_image_installs_the_pinned_release_like_script_setup() -> None:
     assert 'export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"' in setup
     assert "-DGGML_CPU_ARM_ARCH=${PIVOICE_ARM_ARCH}" in run
     assert "-DGGML_CPU_ARM_ARCH=$PIVOICE_ARM_ARCH" in setup
-
-
-def healthcheck_command() -> str:
-    _, _, final = stages()
-    [health] = [a for w, a in final if w == "HEALTHCHECK"]
-    assert "--start-period=" in health
-    command = health.split(" CMD ", 1)[1]
-    return command
 
 
 def test_image_has_a_healthcheck_that_asks_describe() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+import pytest
 from wyoming.audio import AudioFormat
 
 from wyoming_pivoice.satellite.audio_in import (
@@ -27,21 +28,12 @@ from wyoming_pivoice.satellite.audio_in import (
 from wyoming_pivoice.satellite.audio_out import PRIMER_SECONDS, CommandSink, NullSink, WavSink
 from wyoming_pivoice.satellite.settings import MicSettings
 
-from .helpers import REPO
+from .helpers import ALSA_FILE_DEVICES, ALSA_VANISHING_MIC, REPO, alsa_home, until, write_wav
 
 
 def tone(seconds: float, rate: int = 16000, freq: float = 440.0) -> bytes:
     t = np.arange(int(seconds * rate)) / rate
     return (np.sin(2 * np.pi * freq * t) * 8000).astype("<i2").tobytes()
-
-
-def write_wav(path: Path, pcm: bytes, rate: int = 16000, channels: int = 1) -> Path:
-    with wave.open(str(path), "wb") as wav:
-        wav.setframerate(rate)
-        wav.setsampwidth(2)
-        wav.setnchannels(channels)
-        wav.writeframes(pcm)
-    return path
 
 
 async def read_all(source) -> list[bytes]:
@@ -180,44 +172,19 @@ async def test_command_sink_substitutes_the_format_and_waits_for_the_command(
 async def test_stop_drops_the_rest_of_a_reply(tmp_path: Path) -> None:
     sink = NullSink(realtime=True)
     await sink.play(tone(5.0, 22050), AudioFormat(22050, 2, 1))
-    await asyncio.sleep(0.05)
-    assert sink.playing
+    await until(lambda: sink.playing, "playback", 5.0)
     await asyncio.wait_for(sink.stop(), 1.0)  # far sooner than the 5 s the reply lasts
     assert not sink.playing
     assert sink.first_sample_at is not None
 
-    command = CommandSink(f"cat > {tmp_path / 'x.raw'}; sleep 30")
+    played = tmp_path / "x.raw"
+    command = CommandSink(f"cat > {played}; sleep 30")
     await command.play(tone(0.1, 22050), AudioFormat(22050, 2, 1))
     drain = asyncio.create_task(command.drain())
-    await asyncio.sleep(0.1)
+    await until(played.exists, "speaker command", 5.0)  # its shell has opened the file
+    await asyncio.sleep(0)  # and the drain task waits on the reply
     await asyncio.wait_for(command.stop(), 5.0)  # kills the command: barge-in
     await asyncio.wait_for(drain, 5.0)  # and whoever waited for the reply is released
-
-
-ASOUNDRC = """
-pcm.pivoicemic {{
-    type file
-    slave.pcm null
-    file "/dev/null"
-    infile "{infile}"
-    format "raw"
-}}
-pcm.pivoicespk {{
-    type file
-    slave.pcm null
-    file "{outfile}"
-    format "raw"
-}}
-"""
-
-
-def alsa_home(tmp_path: Path, infile: Path, outfile: Path) -> dict[str, str]:
-    """An environment whose ALSA config has a capture device reading `infile` and a playback
-    device writing `outfile` (ALSA's `file` plugin over the `null` device: no sound card)."""
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".asoundrc").write_text(ASOUNDRC.format(infile=infile, outfile=outfile))
-    return {**os.environ, "HOME": str(home)}
 
 
 def test_pyaudio_source_and_sink_through_alsa_file_devices(tmp_path: Path) -> None:
@@ -237,7 +204,7 @@ def test_pyaudio_source_and_sink_through_alsa_file_devices(tmp_path: Path) -> No
         "    print(k.first_sample_at is not None); await k.close()\n"
         "asyncio.run(main())\n"
     )
-    env = alsa_home(tmp_path, infile, outfile)
+    env = alsa_home(tmp_path, ALSA_FILE_DEVICES.format(infile=infile, outfile=outfile))
     result = subprocess.run(
         [sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
     )
@@ -288,15 +255,18 @@ async def test_command_source_close_ends_the_whole_process_group(tmp_path: Path)
         break
 
 
-VANISHING_ASOUNDRC = """
-pcm.pivoicemic {{
-    type file
-    slave.pcm null
-    file "|exec sh -c 'echo $$ > {pidfile}; test -e {present} && exec cat > /dev/null'"
-    infile "{infile}"
-    format "raw"
-}}
-"""
+def python_with_alsa(
+    tmp_path: Path, asoundrc: str, code: str, arg: Path, log: Path
+) -> subprocess.Popen:
+    """`python -c code arg` over the ALSA stand-in devices of `asoundrc`: its stdin and
+    stdout are pipes (text), its stderr goes to `log`."""
+    with open(log, "w") as err:
+        return subprocess.Popen(
+            [sys.executable, "-c", code, str(arg)],
+            env=alsa_home(tmp_path, asoundrc), cwd=REPO, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=err, text=True,
+        )  # fmt: skip
+
 
 PYAUDIO_UNTIL_BACK = """
 import asyncio, sys
@@ -322,6 +292,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow  # a real-time device through ALSA, with its timeouts
 def test_pyaudio_source_reopens_a_device_that_vanishes_and_comes_back(tmp_path: Path) -> None:
     """An ALSA stand-in capture device (the `file` plugin over `null`) that fails the way a
     pulled USB mic does: its data also goes to a pipe command, and while that command is
@@ -330,18 +301,9 @@ def test_pyaudio_source_reopens_a_device_that_vanishes_and_comes_back(tmp_path: 
     infile, pidfile, present = tmp_path / "in.raw", tmp_path / "sink.pid", tmp_path / "present"
     infile.write_bytes(tone(2.0))
     present.touch()
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".asoundrc").write_text(
-        VANISHING_ASOUNDRC.format(pidfile=pidfile, present=present, infile=infile)
-    )
     log = tmp_path / "stderr.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", PYAUDIO_UNTIL_BACK, str(infile)],
-            env={**os.environ, "HOME": str(home)}, cwd=REPO, stdout=subprocess.PIPE,
-            stderr=err, text=True,
-        )  # fmt: skip
+    asoundrc = ALSA_VANISHING_MIC.format(pidfile=pidfile, present=present, infile=infile)
+    proc = python_with_alsa(tmp_path, asoundrc, PYAUDIO_UNTIL_BACK, infile, log)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "up", log.read_text()[-2000:]
@@ -396,6 +358,7 @@ os._exit(0)  # a thread left in a stuck device call would hold up a normal exit
 """
 
 
+@pytest.mark.slow  # a real-time device through ALSA, with its timeouts
 def test_pyaudio_sink_gives_up_on_a_stuck_device_and_reopens_it(tmp_path: Path) -> None:
     """A playback device that stops taking audio (an ALSA stand-in whose data goes to a pipe
     command that reads nothing) costs that reply, 2 s after the device took its last piece
@@ -404,18 +367,9 @@ def test_pyaudio_sink_gives_up_on_a_stuck_device_and_reopens_it(tmp_path: Path) 
     reply, out, pidfile, stuck = (tmp_path / n for n in ("reply.raw", "out.raw", "pid", "stuck"))
     reply.write_bytes(pcm)
     stuck.touch()
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".asoundrc").write_text(
-        STUCK_SPEAKER_ASOUNDRC.format(pidfile=pidfile, stuck=stuck, out=out)
-    )
     log = tmp_path / "stderr.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", PYAUDIO_TWO_REPLIES, str(reply)],
-            env={**os.environ, "HOME": str(home)}, cwd=REPO, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=err, text=True,
-        )  # fmt: skip
+    asoundrc = STUCK_SPEAKER_ASOUNDRC.format(pidfile=pidfile, stuck=stuck, out=out)
+    proc = python_with_alsa(tmp_path, asoundrc, PYAUDIO_TWO_REPLIES, reply, log)
     assert proc.stdin is not None and proc.stdout is not None
     try:
         first = float(proc.stdout.readline())

@@ -15,16 +15,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from wyoming.asr import Transcribe
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
 from wyoming_pivoice.audio import resample_pcm16
 
-from .helpers import exchange, make_speech, read_wav
-from .test_fuzz import describe_works, encode, open_connections, server_process_of
-from .test_server_refusals import REFUSALS, RELEASE_S, ha_reads
+from .helpers import (
+    RELEASE_S,
+    TTS,
+    TURN,
+    describe_works,
+    exchange,
+    ha_reads,
+    make_speech,
+    non_reader,
+    open_connections,
+    open_raw,
+    read_wav,
+    server_process_of,
+    synthesize,
+    transcribe_events,
+    turn,
+    words,
+)
 
 VOICE_RATE = 22050
 BOUND = 240.0  # seconds any one client may wait, queued behind all the others
@@ -57,10 +70,6 @@ SPEAK = [
 QUESTIONS = ["What is the capital of France?"]
 
 
-def words(text: str) -> set[str]:
-    return {w.strip(".,!?'\"").lower() for w in text.split()}
-
-
 @dataclass
 class Answer:
     kind: str
@@ -68,17 +77,9 @@ class Answer:
     detail: str
 
 
-def transcribe_events(pcm: bytes, rate: int, chunk: int = 2048) -> list[Event]:
-    events = [Transcribe(language="en").event(), AudioStart(rate=rate, width=2, channels=1).event()]
-    events += [
-        AudioChunk(rate=rate, width=2, channels=1, audio=pcm[i : i + chunk]).event()
-        for i in range(0, len(pcm), chunk)
-    ]
-    return [*events, AudioStop().event()]
-
-
 async def transcribe(port: int, pcm: bytes, rate: int) -> str:
-    replies = await exchange(port, transcribe_events(pcm, rate), "transcript-stop", BOUND)
+    events = transcribe_events(pcm, rate, chunk=2048)
+    replies = await exchange(port, events, "transcript-stop", BOUND)
     assert [e.type for e in replies if e.type == "error"] == [], replies
     return next(e for e in replies if e.type == "transcript").data["text"]
 
@@ -140,41 +141,11 @@ async def conversing_client(port: int, question: str, conversation_id: str) -> A
 # ---- the ones that misbehave --------------------------------------------------------------
 
 
-async def open_raw(port: int, rcvbuf: int | None = None):
-    sock = socket.socket()
-    if rcvbuf:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    sock.setblocking(False)
-    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
-    return await asyncio.open_connection(sock=sock)
-
-
 async def stalled_request(port: int):
     """Starts a transcription, sends one chunk, then nothing more (keeps the connection)."""
     reader, writer = await open_raw(port)
-    for event in transcribe_events(b"\0\0" * 4000, 16000)[:3]:
+    for event in transcribe_events(b"\0\0" * 4000, 16000, chunk=2048)[:3]:
         await async_write_event(event, writer)
-    return reader, writer
-
-
-async def non_reader(port: int, describes: int = 4000):
-    """Asks for eight sentences of speech, and once the voice has started on them, for
-    thousands of `describe`s; then never reads again.
-
-    The `info` replies (megabytes) fill the socket buffers while the voice is still on its
-    first sentence, so the server's writes of the speech block: the voice must not stay
-    taken while they do.
-    """
-    reader, writer = await open_raw(port, rcvbuf=4096)
-    text = "This reply is never read by anybody. " * 8
-    await async_write_event(Synthesize(text=text).event(), writer)
-    async with asyncio.timeout(BOUND):
-        while (await async_read_event(reader)).type != "audio-start":
-            pass
-    writer.write(encode("describe", {}, None) * describes)
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(5):
-            await writer.drain()
     return reader, writer
 
 
@@ -205,7 +176,7 @@ async def test_eight_clients_at_once_while_others_stall_or_vanish(
     await describe_works(server_port)
 
     stalled = await stalled_request(server_port)
-    blocked = await non_reader(server_port)
+    blocked = await non_reader(server_port, bound=BOUND)
     await vanisher(server_port)
     # Idle connections from a neighbour fill every slot the others leave: they are evicted
     # as the real clients arrive.
@@ -220,7 +191,7 @@ async def test_eight_clients_at_once_while_others_stall_or_vanish(
     # Refusals read as Home Assistant reads them, released at once beside all that work.
     refusals = [
         ha_reads(server_port, frames, until)
-        for frames, until, _code in (REFUSALS[n] for n in ("tts-blank", "turn-too-long"))
+        for frames, until in (([synthesize(" \n\t ")], TTS), ([turn("x" * 4001)], TURN))
     ]
     start = time.monotonic()
     results = await asyncio.gather(*jobs, *refusals)

@@ -14,9 +14,17 @@ from wyoming.event import Event, async_read_event
 from wyoming.info import Describe
 from wyoming.tts import Synthesize
 
-from .helpers import exchange, server_process
-from .test_concurrency import non_reader, open_raw
-from .test_fuzz import describe_works, encode, open_connections, server_process_of
+from .helpers import (
+    describe_works,
+    encode,
+    exchange,
+    non_reader,
+    open_connections,
+    open_raw,
+    server_process,
+    server_process_of,
+    wait_until_dropped,
+)
 
 MAX_CLIENTS = 3
 IDLE = 4.0
@@ -51,13 +59,6 @@ async def read_all(reader: asyncio.StreamReader, timeout: float = 30.0) -> list[
                 return events
 
 
-async def served(port: int, timeout: float = 10.0) -> None:
-    """Wait until a client is served (the server lets go of a closed one a moment after)."""
-    async with asyncio.timeout(timeout):
-        while (await exchange(port, [Describe().event()], "info"))[-1].type != "info":
-            await asyncio.sleep(0.1)
-
-
 async def test_silent_client_is_closed_with_idle_error(limited_port: int) -> None:
     reader, writer = await open_raw(limited_port)
     try:
@@ -77,7 +78,9 @@ async def test_client_that_reads_nothing_is_dropped_and_blocks_nobody(limited_po
             limited_port, [Synthesize(text="Still here.").event()], "audio-stop"
         )
         assert replies[-1].type == "audio-stop"
-        await asyncio.sleep(WRITE_TIMEOUT + 3)
+        # The server drops us once a write has waited WRITE_TIMEOUT on our full buffers.
+        ours = writer.get_extra_info("sockname")[1]
+        await asyncio.to_thread(wait_until_dropped, proc, ours, WRITE_TIMEOUT + 30)
         # Now read what the server had managed to send: it ends (the server dropped us; we
         # did not close) well short of everything owed.
         received = 0

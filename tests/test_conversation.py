@@ -6,19 +6,16 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator
-from functools import partial
 
 from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.info import Describe
-from wyoming.server import AsyncTcpServer
 
 from wyoming_pivoice.conversation import ConversationStore
 from wyoming_pivoice.engines.runtime import ModelSlot
-from wyoming_pivoice.server.handler import PivoiceEventHandler
 from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
 
-from .helpers import exchange, free_port
+from .helpers import exchange, in_process_server
 
 
 def test_store_keeps_bounded_history_per_id() -> None:
@@ -122,24 +119,14 @@ class RecordingLlm:
         yield "the capital."
 
 
-async def start_server(services: Services) -> tuple[AsyncTcpServer, int]:
-    port = free_port()
-    server = AsyncTcpServer("127.0.0.1", port)
-    await server.start(partial(PivoiceEventHandler, services))
-    return server, port
-
-
 @contextlib.asynccontextmanager
 async def recording_server() -> AsyncIterator[tuple[RecordingLlm, int]]:
     """A server on loopback whose LLM is a RecordingLlm."""
     llm = RecordingLlm()
     services = Services.from_settings(ServerSettings())
     services.llm = ModelSlot("recording llm", lambda: llm)
-    server, port = await start_server(services)
-    try:
+    async with in_process_server(services) as port:
         yield llm, port
-    finally:
-        await server.stop()
 
 
 async def test_second_turn_prompt_carries_the_first() -> None:
@@ -167,22 +154,29 @@ async def test_describe_answers_while_models_are_still_loading() -> None:
     services = Services.from_settings(ServerSettings())
     services.asr = services.tts = services.llm = ModelSlot("slow", slow_loader)
     services.start_loading()
-    server, port = await start_server(services)
-    try:
-        [info] = await exchange(port, [Describe().event()], until="info", timeout=5)
-        assert info.type == "info" and not services.llm.loaded
-        # A request waits for its model instead of failing.
-        turn = asyncio.create_task(
-            exchange(port, [Event("transcript", {"text": "hello"})], until="handled-stop")
-        )
-        await asyncio.sleep(0.2)
-        assert not turn.done()
-        release.set()
-        replies = await turn
-        assert replies[-2].data["text"] == "Paris is the capital."
-    finally:
-        release.set()
-        await server.stop()
+    async with in_process_server(services) as port:
+        try:
+            [info] = await exchange(port, [Describe().event()], until="info", timeout=5)
+            assert info.type == "info" and not services.llm.loaded
+            # A request waits for its model instead of failing.
+            asked = asyncio.Event()
+            get = services.llm.get
+
+            async def get_noted():  # the request has reached its model's slot
+                asked.set()
+                return await get()
+
+            services.llm.get = get_noted  # type: ignore[method-assign]
+            turn = asyncio.create_task(
+                exchange(port, [Event("transcript", {"text": "hello"})], until="handled-stop")
+            )
+            await asyncio.wait_for(asked.wait(), 5)
+            assert not turn.done()
+            release.set()
+            replies = await turn
+            assert replies[-2].data["text"] == "Paris is the capital."
+        finally:
+            release.set()  # before the server stops: its request may wait on the load
 
 
 async def test_the_server_replaces_a_turn_sent_again_with_its_turn_id() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,8 +16,19 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .helpers import REPO, free_port, spawn_server
-from .test_satellite_standalone import check_reply_audio, silence, spoken, words
+from .helpers import (
+    REPO,
+    assert_all_gone,
+    check_reply_audio,
+    cue,
+    free_port,
+    mic_on_cue,
+    silence,
+    spawn_satellite,
+    spawn_server,
+    spoken,
+    words,
+)
 
 
 def test_server_killed_mid_turn_is_reported_and_the_satellite_comes_back(tmp_path: Path) -> None:
@@ -36,30 +46,14 @@ def test_server_killed_mid_turn_is_reported_and_the_satellite_comes_back(tmp_pat
     )
     log = tmp_path / "turns.jsonl"
     port = free_port()
-    server = spawn_server(port)
-    sat = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "wyoming_pivoice",
-            "--log-level",
-            "DEBUG",
-            "satellite",
-            "--server",
-            f"tcp://127.0.0.1:{port}",
-            "--mic-command",
-            mic,
-            "--snd-wav",
-            str(tmp_path / "reply{n}.wav"),
-            "--timing-log",
-            str(log),
-        ],
-        cwd=REPO,
+    server_log = tmp_path / "server.log"
+    with open(server_log, "w") as out:
+        server = spawn_server(port, out=out)
+    sat = spawn_satellite(
+        "--server", f"tcp://127.0.0.1:{port}", "--mic-command", mic,
+        "--snd-wav", str(tmp_path / "reply{n}.wav"), "--timing-log", str(log),
         stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    )  # fmt: skip
     endpoint = threading.Event()
     lines: list[str] = []
 
@@ -73,6 +67,12 @@ def test_server_killed_mid_turn_is_reported_and_the_satellite_comes_back(tmp_pat
     threading.Thread(target=watch, daemon=True).start()
     try:
         assert endpoint.wait(60), "".join(lines[-30:])
+        # Frozen, the server sends nothing more; turn 1 must still be under way: the
+        # satellite has not ended it, and the server has not finished its answer (the
+        # reply's text, let alone all of its speech).
+        server.send_signal(signal.SIGSTOP)
+        assert not log.exists() or not log.read_text(), "turn 1 ended before the server died"
+        assert "Answered in" not in server_log.read_text(), "turn 1 was answered already"
         server.kill()  # mid-turn: ASR or the LLM is running for turn 1
         server.wait()
         server = spawn_server(port)
@@ -107,7 +107,7 @@ class Standalone:
     timing: Path
 
     def speak(self) -> None:
-        (self.folder / "go").touch()
+        cue(self.folder)
 
     def text(self) -> str:
         return self.log.read_text()
@@ -138,12 +138,7 @@ class Standalone:
         text = self.text()
         assert code == 0, text[-3000:]
         assert "Traceback" not in text and "Event loop is closed" not in text, text[-3000:]
-        alive = []
-        for child in children:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                if child.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(child.cmdline())
-        assert not alive, f"left running: {alive}"
+        assert_all_gone(children)
         return took
 
 
@@ -153,24 +148,13 @@ def standalone(
 ) -> Iterator[Standalone]:
     """The satellite on the real server; its mic (a shell loop, as in the README) reads
     silence and asks `question` each time `go` appears."""
-    (tmp_path / "speech.raw").write_bytes(spoken(question, tmp_path / "q.wav") + silence(1.0))
-    (tmp_path / "gap.raw").write_bytes(silence(0.096))
-    go = tmp_path / "go"
-    mic = (
-        f"while :; do if [ -e {go} ]; then rm -f {go}; cat {tmp_path}/speech.raw; "
-        f"else cat {tmp_path}/gap.raw; fi; done"
-    )
+    mic = mic_on_cue(tmp_path, spoken(question, tmp_path / "q.wav") + silence(1.0))
     log, timing = tmp_path / "satellite.log", tmp_path / "turns.jsonl"
     with open(log, "w") as err:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "wyoming_pivoice", "--log-level", "DEBUG",
-                "--log-clock", "monotonic", "satellite",
-                "--server", f"tcp://127.0.0.1:{server_port}",
-                "--mic-command", mic, "--snd-command", speaker, "--timing-log", str(timing),
-            ],
-            cwd=REPO, stderr=err, stdout=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        proc = spawn_satellite(
+            "--server", f"tcp://127.0.0.1:{server_port}",
+            "--mic-command", mic, "--snd-command", speaker, "--timing-log", str(timing),
+            stderr=err, clock=True,
         )  # fmt: skip
         sat = Standalone(proc, tmp_path, log, timing)
         try:

@@ -8,9 +8,7 @@ when the text asks it to), since a real model cannot be made to fail on cue.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterator
-from functools import partial
 from typing import Any
 
 import pytest
@@ -18,17 +16,15 @@ import pytest_asyncio
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.info import Describe
-from wyoming.server import AsyncTcpServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
 from wyoming_pivoice.engines.llm import LlamaChat
 from wyoming_pivoice.engines.runtime import ModelSlot
 from wyoming_pivoice.engines.tts import PiperTts
-from wyoming_pivoice.server.handler import PivoiceEventHandler
 from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
 
-from .helpers import exchange, free_port
+from .helpers import exchange, in_process_server, read_until, turn_event
 
 FAIL = "explode"  # a text with this word makes the stand-in fail
 
@@ -92,31 +88,8 @@ async def faulty() -> AsyncIterator[tuple[int, Services]]:
     services.asr = real.asr  # loaded only if a test transcribes (none does)
     services.llm.start_loading()
     services.tts.start_loading()
-    port = free_port()
-    server = AsyncTcpServer("127.0.0.1", port)
-    await server.start(partial(PivoiceEventHandler, services))
-    try:
+    async with in_process_server(services) as port:
         yield port, services
-    finally:
-        await server.stop()
-
-
-def turn(text: str, conversation_id: str | None = None) -> Event:
-    data: dict[str, Any] = {"text": text}
-    if conversation_id:
-        data["context"] = {"conversation_id": conversation_id}
-    return Event("transcript", data)
-
-
-async def read_until(client: AsyncTcpClient, *ends: str, timeout: float = 120) -> list[Event]:
-    replies: list[Event] = []
-    async with asyncio.timeout(timeout):
-        while True:
-            event = await client.read_event()
-            assert event is not None, f"connection closed after {[e.type for e in replies]}"
-            replies.append(event)
-            if event.type in ends:
-                return replies
 
 
 def audio_seconds(replies: list[Event]) -> float:
@@ -132,7 +105,7 @@ async def nothing_more(client: AsyncTcpClient) -> None:
 
 
 async def good_turn(client: AsyncTcpClient, conversation_id: str | None = None) -> str:
-    await client.write_event(turn("What is the capital of France?", conversation_id))
+    await client.write_event(turn_event("What is the capital of France?", conversation_id))
     replies = await read_until(client, "handled-stop", "error")
     assert [e.type for e in replies][-2:] == ["handled", "handled-stop"], replies[-1]
     text = replies[-2].data["text"]
@@ -148,7 +121,7 @@ async def test_llm_failure_ends_the_turn_with_an_error(
     conversation = f"faulty-conversation-{when}"
     async with AsyncTcpClient("127.0.0.1", port) as client:
         text = f"Please {FAIL} now." if when == "mid-reply" else f"Please {FAIL} at once."
-        await client.write_event(turn(text, conversation))
+        await client.write_event(turn_event(text, conversation))
         replies = await read_until(client, "handled-stop", "handled")
         types = [e.type for e in replies]
         # `error`, then what Home Assistant waits for (it ignores `error`), then the run's end.
@@ -223,11 +196,8 @@ async def test_model_that_fails_to_load_answers_errors_and_describe_still_works(
     services = Services.from_settings(ServerSettings())
     services.asr = services.tts = services.llm = ModelSlot("broken", broken)
     services.start_loading()
-    port = free_port()
-    server = AsyncTcpServer("127.0.0.1", port)
-    await server.start(partial(PivoiceEventHandler, services))
-    try:
-        for request in (turn("Hello."), Synthesize(text="Hello.").event()):
+    async with in_process_server(services) as port:
+        for request in (turn_event("Hello."), Synthesize(text="Hello.").event()):
             async with AsyncTcpClient("127.0.0.1", port) as client:
                 await client.write_event(request)
                 await client.write_event(Describe().event())
@@ -238,8 +208,6 @@ async def test_model_that_fails_to_load_answers_errors_and_describe_still_works(
                 assert error["code"] == "internal"
                 assert "model file is corrupt" in error["text"]
                 assert {"not-handled", "audio-stop"} & {e.type for e in replies}
-    finally:
-        await server.stop()
 
 
 # A turn longer than the LLM's context is no longer a failure: it is trimmed

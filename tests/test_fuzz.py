@@ -38,8 +38,15 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from wyoming.event import Event, async_read_event, async_write_event
-from wyoming.info import Describe
+from wyoming.event import Event, async_read_event
+
+from .helpers import (
+    describe_works,
+    encode,
+    open_connections,
+    server_process,
+    server_process_of,
+)
 
 # ---- what the server may send -------------------------------------------------------------
 
@@ -167,35 +174,6 @@ class Unit:
     well_formed: bool  # a complete frame with a dict data block, sent as the protocol says
     events: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)  # if well-formed
     definite: bool = False  # a whole line that can never be an event: must close with an error
-
-
-def encode(
-    event_type: Any,
-    data: Any,
-    payload: bytes | None,
-    placement: str = "block",
-    version: bool = True,
-    extra: dict[str, Any] | None = None,
-) -> bytes:
-    """A frame as the wyoming library writes it, with the data in the header or a block."""
-    header: dict[str, Any] = {"type": event_type}
-    if version:
-        header["version"] = "1.10.2"
-    header.update(extra or {})
-    block = b""
-    if placement == "header":
-        header["data"] = data
-    elif placement == "split" and isinstance(data, dict) and data:
-        keys = list(data)
-        header["data"] = {k: data[k] for k in keys[: len(keys) // 2]}
-        block = json.dumps({k: data[k] for k in keys[len(keys) // 2 :]}).encode()
-    elif data or data == []:
-        block = json.dumps(data).encode()
-    if block:
-        header["data_length"] = len(block)
-    if payload:
-        header["payload_length"] = len(payload)
-    return json.dumps(header).encode() + b"\n" + block + (payload or b"")
 
 
 @st.composite
@@ -615,17 +593,6 @@ def check(case: Case, outcome: Outcome) -> None:
         assert echoed == sent
 
 
-async def describe_works(port: int) -> None:
-    async with asyncio.timeout(30):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        try:
-            await async_write_event(Describe().event(), writer)
-            event = await async_read_event(reader)
-            assert event is not None and event.type == "info", "server stopped answering"
-        finally:
-            writer.close()
-
-
 class Fuzzer:
     """Runs cases on a private event loop (the test suite's own loop stays untouched)."""
 
@@ -647,30 +614,6 @@ class Fuzzer:
 
 
 # ---- the server process: memory and descriptors -------------------------------------------
-
-
-def server_process_of(port: int) -> psutil.Process:
-    """The `wyoming-pivoice server` child listening on `port`."""
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if f"tcp://127.0.0.1:{port}" in " ".join(child.cmdline()):
-                return child
-    raise LookupError(f"no server process for port {port}")
-
-
-def open_connections(proc: psutil.Process, timeout: float = 30.0) -> list[str]:
-    """The server's client connections once it has let go of every finished one (it may
-    lag a little behind the client's close)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        held = [
-            f"{c.raddr.port} {c.status}"
-            for c in proc.net_connections("tcp")
-            if c.status != "LISTEN"
-        ]
-        if not held or time.monotonic() > deadline:
-            return held
-        time.sleep(0.2)
 
 
 # ---- the suite's short run -----------------------------------------------------------------
@@ -716,8 +659,6 @@ def test_fuzz_well_formed_sequences(server_port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .helpers import server_process
-
     parser = argparse.ArgumentParser(prog="script/fuzz", description=__doc__.split("\n")[0])
     parser.add_argument("cases", type=int, nargs="?", default=10000)
     parser.add_argument("--log", type=Path, default=Path("/tmp/pivoice-fuzz-server.log"))
@@ -734,7 +675,8 @@ def main(argv: list[str] | None = None) -> int:
     with server as port, Fuzzer(port) as fuzz_once:
         fuzz_once.loop.run_until_complete(describe_works(port))
         proc = server_process_of(port)
-        # Let the models finish loading (and warm up) before the baseline.
+        # Let the models finish loading (and warm up) before the baseline (script/fuzz only:
+        # a settling pause before a measurement, then until the CPU is quiet).
         time.sleep(1)
         while proc.cpu_percent(0.5) > 20:
             pass

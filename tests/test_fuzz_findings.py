@@ -9,7 +9,7 @@ import json
 import pytest
 from wyoming.event import Event, async_read_event
 
-from .test_fuzz import encode
+from .helpers import encode
 
 
 async def session(port: int, data: bytes, half_close: bool = True) -> list[Event | None]:

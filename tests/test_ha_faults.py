@@ -14,10 +14,9 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import wave
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,11 +35,21 @@ from wyoming_pivoice.satellite.endpoint import Endpointer
 from wyoming_pivoice.satellite.ha import HaSatellite
 from wyoming_pivoice.satellite.settings import SatelliteSettings, VadSettings
 
-from .helpers import REPO, free_port, make_speech, read_wav, wait_for_port
-from .test_audio_io import VANISHING_ASOUNDRC
-from .test_ha_satellite import FakeHomeAssistant, assert_covers_speech
-
-SILENT_GAP = bytes(int(0.096 * 16000) * 2)  # 3 VAD frames
+from .helpers import (
+    ALSA_VANISHING_MIC,
+    FakeHomeAssistant,
+    alsa_home,
+    assert_all_gone,
+    assert_covers_speech,
+    cue,
+    free_port,
+    make_speech,
+    mic_on_cue,
+    read_wav,
+    spawn_satellite,
+    until,
+    wait_for_port,
+)
 
 
 def as_played(reply: bytes, rate: int = 22050) -> bytes:
@@ -76,7 +85,7 @@ class Sat:
 
     def speak(self) -> None:
         """The mic says the command once (it reads silence otherwise)."""
-        (self.folder / "go").touch()
+        cue(self.folder)
 
     def text(self) -> str:
         return self.log.read_text()
@@ -91,13 +100,8 @@ class Sat:
 def mic_command(folder: Path, voice: Voice, die_after: int = 0) -> str:
     """Silence, and the command each time `go` appears. With `die_after`, its first life
     writes that many bytes and dies (exit 3); the satellite restarts it."""
-    (folder / "speech.raw").write_bytes(voice.command)
-    (folder / "gap.raw").write_bytes(SILENT_GAP)
-    go, died = folder / "go", folder / "died"
-    loop = (
-        f"while :; do if [ -e {go} ]; then rm -f {go}; cat {folder}/speech.raw; "
-        f"else cat {folder}/gap.raw; fi; done"
-    )
+    loop = mic_on_cue(folder, voice.command)
+    died = folder / "died"
     if not die_after:
         return loop
     noise = folder / "noise.raw"
@@ -126,15 +130,10 @@ def ha_satellite(
     port = free_port()
     log = tmp_path / "satellite.log"
     out = open(log, "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "wyoming_pivoice", "--log-level", "DEBUG",
-            "--log-clock", "monotonic", "satellite",
-            "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf",
-            *mic, "--snd-command", speaker_command(tmp_path, hang_first), *extra,
-        ],
-        stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-        env={**(env or os.environ), "PYTHONUNBUFFERED": "1"},
+    proc = spawn_satellite(
+        "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf",
+        *mic, "--snd-command", speaker_command(tmp_path, hang_first), *extra,
+        stdout=out, clock=True, env=env,
     )  # fmt: skip
     sat = Sat(proc, port, log, tmp_path)
     try:
@@ -175,13 +174,19 @@ async def connect(sat: Sat) -> FakeHomeAssistant:
     return ha
 
 
-def assert_all_gone(processes: list[psutil.Process]) -> None:
-    alive = []
-    for proc in processes:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc.cmdline())
-    assert not alive, f"left running: {alive}"
+@contextlib.asynccontextmanager
+async def connected(sat: Sat) -> AsyncIterator[FakeHomeAssistant]:
+    """Home Assistant on the satellite (run-satellite sent, pinging) for the block."""
+    ha = await connect(sat)
+    try:
+        yield ha
+    finally:
+        await ha.__aexit__()
+
+
+async def pipeline_on_a_new_connection(sat: Sat, voice: Voice) -> None:
+    async with connected(sat) as ha:
+        await normal_pipeline(sat, voice, ha)
 
 
 # ---- freeze 1: HA leaves just as a reply starts; a speaker that hangs -------------------
@@ -199,11 +204,7 @@ async def test_ha_leaving_as_a_reply_starts_never_freezes_it(tmp_path: Path, voi
                 AudioChunk(rate=22050, width=2, channels=1, audio=voice.reply[:2048]).event()
             )
             await ha.__aexit__()  # gone, mid-reply
-        ha = await connect(sat)
-        try:
-            await normal_pipeline(sat, voice, ha)
-        finally:
-            await ha.__aexit__()
+        await pipeline_on_a_new_connection(sat, voice)
         assert sat.proc.poll() is None
 
 
@@ -211,8 +212,7 @@ async def test_a_speaker_that_hangs_is_killed_and_the_next_reply_plays(
     tmp_path: Path, voice: Voice
 ) -> None:
     with ha_satellite(tmp_path, voice, hang_first=1) as sat:
-        ha = await connect(sat)
-        try:
+        async with connected(sat) as ha:
             sat.speak()
             await ha.receive_stream()
             await ha.pipeline_events("turn on the kitchen lights please")
@@ -227,8 +227,6 @@ async def test_a_speaker_that_hangs_is_killed_and_the_next_reply_plays(
             assert waited < len(voice.reply) / 44100 + 4.0, waited
             assert not [p for p in sat.descendants() if "sleep" in " ".join(p.cmdline())]
             await normal_pipeline(sat, voice, ha)
-        finally:
-            await ha.__aexit__()
     # With a 4 KiB pipe the hung command stops taking audio before the reply is written.
     assert re.search(r"stopped taking audio|did not finish the reply in time", sat.text())
 
@@ -240,13 +238,10 @@ async def test_a_mic_command_dying_at_an_odd_byte_count_keeps_samples_aligned(
     tmp_path: Path, voice: Voice
 ) -> None:
     with ha_satellite(tmp_path, voice, mic_dies_after=1001) as sat:
-        ha = await connect(sat)
-        try:
+        async with connected(sat) as ha:
             await wait_for_line(sat, "Microphone command exited with 3")
             # Shifted by a byte, speech is noise to the VAD: no run would ever start.
             await normal_pipeline(sat, voice, ha)
-        finally:
-            await ha.__aexit__()
         assert "Microphone command ended mid-sample" in sat.text()
 
 
@@ -256,15 +251,11 @@ async def test_a_mic_device_that_vanishes_and_comes_back(tmp_path: Path, voice: 
     infile, pidfile, present = tmp_path / "in.raw", tmp_path / "sink.pid", tmp_path / "present"
     infile.write_bytes(bytes(32000) + voice.command + bytes(64000))
     present.touch()
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".asoundrc").write_text(
-        VANISHING_ASOUNDRC.format(pidfile=pidfile, present=present, infile=infile)
+    env = alsa_home(
+        tmp_path, ALSA_VANISHING_MIC.format(pidfile=pidfile, present=present, infile=infile)
     )
-    env = {**os.environ, "HOME": str(home)}
     with ha_satellite(tmp_path, voice, mic_device="pivoicemic", env=env) as sat:
-        ha = await connect(sat)
-        try:
+        async with connected(sat) as ha:
             stream = await ha.receive_stream()  # the device's speech, first time round
             assert_covers_speech(stream.pcm, infile.read_bytes())
             await ha.pipeline_events("turn on the kitchen lights please")
@@ -279,8 +270,6 @@ async def test_a_mic_device_that_vanishes_and_comes_back(tmp_path: Path, voice: 
             await ha.pipeline_events("turn on the kitchen lights please")
             await ha.send_reply(voice.reply, 22050)
             await ha.read_until("played")
-        finally:
-            await ha.__aexit__()
         assert sat.outputs()[-1].read_bytes() == as_played(voice.reply)
 
 
@@ -289,11 +278,7 @@ async def test_a_mic_device_that_vanishes_and_comes_back(tmp_path: Path, voice: 
 
 async def test_a_huge_frame_is_refused_before_it_is_read(tmp_path: Path, voice: Voice) -> None:
     with ha_satellite(tmp_path, voice) as sat:
-        ha = await connect(sat)
-        try:
-            await normal_pipeline(sat, voice, ha)  # everything loaded and warm
-        finally:
-            await ha.__aexit__()
+        await pipeline_on_a_new_connection(sat, voice)  # everything loaded and warm
         rss_before = psutil.Process(sat.proc.pid).memory_info().rss
         reader, writer = await asyncio.open_connection("127.0.0.1", sat.port)
         header = b'{"type": "audio-chunk", "payload_length": 1073741824}\n'
@@ -306,11 +291,7 @@ async def test_a_huge_frame_is_refused_before_it_is_read(tmp_path: Path, voice: 
         rss_after = psutil.Process(sat.proc.pid).memory_info().rss
         print(f"RSS under a 1 GiB frame: {rss_before / 2**20:.0f} → {rss_after / 2**20:.0f} MiB")
         assert rss_after - rss_before < 16 * 2**20
-        ha = await connect(sat)
-        try:
-            await normal_pipeline(sat, voice, ha)
-        finally:
-            await ha.__aexit__()
+        await pipeline_on_a_new_connection(sat, voice)
 
 
 async def test_idle_connections_cannot_lock_home_assistant_out(
@@ -411,10 +392,7 @@ async def test_sigterm_stops_it_in_every_state(tmp_path: Path, voice: Voice, sta
 
 
 async def wait_for_line(sat: Sat, needle: str, timeout: float = 20.0, count: int = 1) -> None:
-    deadline = time.monotonic() + timeout
-    while sat.text().count(needle) < count:
-        assert time.monotonic() < deadline, f"no {needle!r} in the log"
-        await asyncio.sleep(0.05)
+    await until(lambda: sat.text().count(needle) >= count, f"{needle!r} in the log", timeout)
 
 
 async def test_a_silent_connection_is_closed_at_its_idle_deadline(
@@ -438,7 +416,7 @@ async def test_a_silent_connection_is_closed_at_its_idle_deadline(
         for _ in range(3):  # HA's describe-and-ping keeps it alive past the deadline
             await ha.send(Ping().event())
             await ha.read_until("pong")
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # HA's pace: the pings span the idle deadline
         error = await asyncio.wait_for(reader.read(4096), 5)
         assert b'"error"' in error and b"idle" in error
         assert await asyncio.wait_for(reader.read(4096), 5) == b""  # closed

@@ -12,32 +12,23 @@ get them from its STT and TTS.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import subprocess
 import wave
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pytest
-from wyoming.asr import Transcribe, Transcript
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
-from wyoming.client import AsyncTcpClient
+from wyoming.audio import AudioStart
 from wyoming.error import Error
 from wyoming.event import Event
-from wyoming.info import Describe, Info
+from wyoming.info import Describe
 from wyoming.ping import Ping
 from wyoming.pipeline import RunPipeline
 from wyoming.satellite import PauseSatellite, RunSatellite
 from wyoming.server import AsyncServer
 from wyoming.timer import TimerFinished, TimerStarted
 from wyoming.tts import Synthesize, SynthesizeVoice
-from wyoming.vad import VoiceStarted, VoiceStopped
 from wyoming.wake import Detection
 
-from wyoming_pivoice.bench.servers import stop
 from wyoming_pivoice.satellite.audio_in import WavSource
 from wyoming_pivoice.satellite.audio_out import WavSink
 from wyoming_pivoice.satellite.endpoint import Endpointer
@@ -45,203 +36,20 @@ from wyoming_pivoice.satellite.ha import HaSatellite
 from wyoming_pivoice.satellite.settings import MicSettings, SatelliteSettings, VadSettings
 from wyoming_pivoice.satellite.state import Timeouts
 
-from .helpers import exchange, free_port, make_speech, read_wav, spawn, wait_for_port
-
-HA_CHUNK_BYTES = 2048  # HA's _AUDIO_CHUNK_BYTES: 1024 samples
-TIMEOUT = 60.0
-
-
-# ---- the satellite process -------------------------------------------------------------------
-
-
-@dataclass
-class Satellite:
-    port: int
-    proc: subprocess.Popen
-    log: Path
-
-    def wait(self, timeout: float = TIMEOUT) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"satellite still running after {timeout} s\n{self.log.read_text()}")
-
-    def log_text(self) -> str:
-        return self.log.read_text()
-
-
-@contextlib.contextmanager
-def satellite(tmp_path: Path, *extra: str) -> Iterator[Satellite]:
-    port = free_port()
-    log = tmp_path / f"satellite-{port}.log"
-    with open(log, "w") as out:
-        proc = spawn(
-            port, "--log-level", "DEBUG", "satellite",
-            "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf", *extra, out=out,
-        )  # fmt: skip
-        try:
-            yield Satellite(port, proc, log)
-        finally:
-            stop(proc)
-
-
-# ---- Home Assistant's side -------------------------------------------------------------------
-
-
-@dataclass
-class Stream:
-    """One run the satellite streamed: run-pipeline, audio-start, chunks, audio-stop."""
-
-    run: RunPipeline
-    start: AudioStart
-    pcm: bytes
-    others: list[Event] = field(default_factory=list)  # pongs etc. in between
-
-    @property
-    def seconds(self) -> float:
-        return len(self.pcm) / (self.start.rate * self.start.width * self.start.channels)
-
-
-class FakeHomeAssistant:
-    def __init__(self, port: int) -> None:
-        self.client = AsyncTcpClient("127.0.0.1", port)
-        self._pinger: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> FakeHomeAssistant:
-        await self.client.connect()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._pinger is not None:
-            self._pinger.cancel()
-        await self.client.disconnect()
-
-    def keep_pinging(self) -> None:
-        """HA's keepalive: a ping every 2 s (it sends the next one 2 s after each pong)."""
-
-        async def pinger() -> None:
-            with contextlib.suppress(ConnectionError, AssertionError):
-                while True:
-                    await asyncio.sleep(2.0)
-                    await self.send(Ping().event())
-
-        self._pinger = asyncio.create_task(pinger())
-
-    async def send(self, *events: Event) -> None:
-        for event in events:
-            await self.client.write_event(event)
-
-    async def read(self, timeout: float = TIMEOUT) -> Event | None:
-        return await asyncio.wait_for(self.client.read_event(), timeout)
-
-    async def read_until(self, kind: str, timeout: float = TIMEOUT) -> tuple[Event, list[Event]]:
-        before: list[Event] = []
-        while True:
-            event = await self.read(timeout)
-            assert event is not None, f"connection closed while waiting for {kind}: {before}"
-            if event.type == kind:
-                return event, before
-            before.append(event)
-
-    async def describe(self) -> Info:
-        await self.send(Describe().event())
-        event, _ = await self.read_until("info")
-        return Info.from_event(event)
-
-    async def receive_stream(self) -> Stream:
-        """Everything of one run up to the satellite's audio-stop."""
-        event, others = await self.read_until("run-pipeline")
-        run = RunPipeline.from_event(event)
-        event, more = await self.read_until("audio-start")
-        others += more
-        start = AudioStart.from_event(event)
-        pcm = bytearray()
-        while True:
-            event = await self.read()
-            assert event is not None, "satellite closed the connection mid-stream"
-            if AudioChunk.is_type(event.type):
-                chunk = AudioChunk.from_event(event)
-                assert (chunk.rate, chunk.width, chunk.channels) == (16000, 2, 1)
-                pcm += chunk.audio
-            elif AudioStop.is_type(event.type):
-                return Stream(run, start, bytes(pcm), others)
-            else:
-                others.append(event)
-
-    async def pipeline_events(self, transcript: str) -> None:
-        """What HA forwards from its pipeline between STT start and TTS (research table 3a)."""
-        await self.send(
-            Transcribe(language="en").event(),
-            VoiceStarted(timestamp=300).event(),
-            VoiceStopped(timestamp=2000).event(),
-            Transcript(text=transcript).event(),
-        )
-
-    async def send_reply(self, pcm: bytes, rate: int, stop: bool = True) -> None:
-        """Stream TTS audio the way HA's _stream_tts does (with timestamps)."""
-        await self.send(AudioStart(rate=rate, width=2, channels=1, timestamp=0).event())
-        timestamp = 0
-        for offset in range(0, len(pcm), HA_CHUNK_BYTES):
-            chunk = AudioChunk(
-                rate=rate,
-                width=2,
-                channels=1,
-                audio=pcm[offset : offset + HA_CHUNK_BYTES],
-                timestamp=timestamp,
-            )
-            await self.send(chunk.event())
-            timestamp += chunk.milliseconds
-        if stop:
-            await self.send(AudioStop(timestamp=timestamp).event())
-
-
-async def stt(server_port: int, pcm: bytes) -> str:
-    """HA's STT step, done by the real pivoice server."""
-    events = [
-        Transcribe(language="en").event(),
-        AudioStart(rate=16000, width=2, channels=1).event(),
-    ]
-    events += [
-        AudioChunk(rate=16000, width=2, channels=1, audio=pcm[i : i + 8192]).event()
-        for i in range(0, len(pcm), 8192)
-    ]
-    events.append(AudioStop().event())
-    replies = await exchange(server_port, events, until="transcript")
-    return replies[-1].data["text"]
-
-
-async def tts(server_port: int, text: str) -> tuple[bytes, int]:
-    """HA's TTS step (preferred format: 22050 Hz mono 16-bit WAV), by the real server."""
-    replies = await exchange(server_port, [Synthesize(text=text).event()], until="audio-stop")
-    start = next(AudioStart.from_event(e) for e in replies if AudioStart.is_type(e.type))
-    assert (start.rate, start.width, start.channels) == (22050, 2, 1)
-    pcm = b"".join(e.payload or b"" for e in replies if AudioChunk.is_type(e.type))
-    return pcm, start.rate
-
-
-def words(text: str) -> set[str]:
-    return {w.strip(".,!?").lower() for w in text.split()}
-
-
-def voiced_span(pcm: bytes, rate: int = 16000) -> tuple[int, int]:
-    """Byte offsets of the first and last sample louder than 2 % of full scale."""
-    samples = np.abs(np.frombuffer(pcm, dtype="<i2").astype(np.int32))
-    loud = np.flatnonzero(samples > 0.02 * 32768)
-    return int(loud[0]) * 2, int(loud[-1]) * 2 + 2
-
-
-def assert_covers_speech(streamed: bytes, mic_pcm: bytes) -> None:
-    """The streamed audio is a piece of the mic's audio that holds all of the speech."""
-    offset = mic_pcm.find(streamed)
-    assert offset >= 0 and offset % 2 == 0, "streamed audio is not a slice of the microphone's"
-    first, last = voiced_span(mic_pcm)
-    assert offset <= first, (
-        f"speech starts at {first / 32000:.2f} s, streaming at {offset / 32000:.2f} s"
-    )
-    end = offset + len(streamed)
-    assert end >= last, f"speech ends at {last / 32000:.2f} s, streaming at {end / 32000:.2f} s"
-    # Not much more than the speech: pre-speech (300 ms) + silence window (300 ms) + a frame.
-    assert len(streamed) - (last - first) <= int(0.7 * 32000) + 1024
+from .helpers import (
+    HA_TIMEOUT,
+    FakeHomeAssistant,
+    assert_covers_speech,
+    free_port,
+    ha_mode_satellite,
+    make_speech,
+    read_wav,
+    stt,
+    tts,
+    voiced_span,
+    wait_for_port,
+    words,
+)
 
 
 def wav_frames(path: Path) -> tuple[bytes, int]:
@@ -274,7 +82,7 @@ async def test_a_whole_pipeline_as_home_assistant_runs_it(
 ) -> None:
     out_wav = tmp_path / "reply.wav"
     timing = tmp_path / "timing.jsonl"
-    with satellite(
+    with ha_mode_satellite(
         tmp_path, "--name", "Kitchen satellite", "--area", "Kitchen",
         "--mic-wav", str(kitchen_wav), "--snd-wav", str(out_wav), "--timing-log", str(timing),
     ) as sat:  # fmt: skip
@@ -348,7 +156,7 @@ async def test_a_whole_pipeline_as_home_assistant_runs_it(
 
 
 async def test_pings_pause_and_unknown_events(kitchen_wav: Path, tmp_path: Path) -> None:
-    with satellite(tmp_path, "--mic-wav", str(kitchen_wav), "--snd-device", "null") as sat:
+    with ha_mode_satellite(tmp_path, "--mic-wav", str(kitchen_wav), "--snd-device", "null") as sat:
         async with FakeHomeAssistant(sat.port) as ha:
             await ha.send(RunSatellite().event())
             event, _ = await ha.read_until("run-pipeline")
@@ -381,7 +189,7 @@ async def test_disconnect_mid_pipeline_then_a_new_connection_works(
     first = make_speech("What is the weather today?", speech_dir / "weather.wav", pad_after=0.2)
     second = make_speech("Play some music.", speech_dir / "music.wav", pad_after=0.2)
     mic = concat_wavs([first, second], tmp_path / "two.wav", gap=3.0)
-    with satellite(
+    with ha_mode_satellite(
         tmp_path, "--mic-wav", str(mic), "--snd-wav", str(tmp_path / "out-{n}.wav"),
         "--snd-realtime",
     ) as sat:  # fmt: skip
@@ -429,7 +237,7 @@ async def test_a_new_audio_start_interrupts_the_reply(
     server_port: int, kitchen_wav: Path, reply_audio: tuple[bytes, int], tmp_path: Path
 ) -> None:
     other, other_rate = await tts(server_port, "Sorry, I meant the living room.")
-    with satellite(
+    with ha_mode_satellite(
         tmp_path, "--mic-wav", str(kitchen_wav), "--snd-wav", str(tmp_path / "out-{n}.wav"),
         "--snd-realtime",
     ) as sat:  # fmt: skip
@@ -466,7 +274,7 @@ async def test_local_wake_word_sends_detection_then_the_command(
     command = make_speech("Turn on the kitchen lights.", speech_dir / "command.wav", pad_before=0.5)
     mic = concat_wavs([wake, command], tmp_path / "wake-command.wav", gap=0.0)
     out_wav = tmp_path / "reply.wav"
-    with satellite(
+    with ha_mode_satellite(
         tmp_path, "--wake-word", "alexa", "--mic-wav", str(mic), "--snd-wav", str(out_wav)
     ) as sat:
         async with FakeHomeAssistant(sat.port) as ha:
@@ -540,7 +348,7 @@ async def test_remote_wake_streams_until_home_assistant_has_the_transcript(
             await ha.send(Error(text="wake word service down", code="wake-stream-failed").event())
             run, before = await ha.read_until("run-pipeline")
             assert RunPipeline.from_event(run).start_stage.value == "wake"
-            assert await asyncio.wait_for(serving, TIMEOUT) == 0  # the mic file ended
+            assert await asyncio.wait_for(serving, HA_TIMEOUT) == 0  # the mic file ended
     finally:
         if not serving.done():
             sat.stop()
@@ -559,7 +367,7 @@ async def test_announcement_and_timer_sound_play_while_idle(
         wav.setnchannels(1)
         wav.writeframes(bytes(4 * 32000))
     ding = make_speech("Ding.", speech_dir / "ding.wav", rate=22050, pad_before=0, pad_after=0)
-    with satellite(
+    with ha_mode_satellite(
         tmp_path, "--mic-wav", str(silence), "--snd-wav", str(tmp_path / "out-{n}.wav"),
         "--done-wav", str(ding),
     ) as sat:  # fmt: skip

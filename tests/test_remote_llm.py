@@ -13,14 +13,12 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
-from functools import partial
 
 import pytest
 import pytest_asyncio
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.info import Describe
-from wyoming.server import AsyncTcpServer
 
 from wyoming_pivoice.bench import remote as bench_remote
 from wyoming_pivoice.doctor.base import Status
@@ -28,12 +26,18 @@ from wyoming_pivoice.doctor.remote import check_remote_llm
 from wyoming_pivoice.engines.remote_llm import RemoteLlmSettings
 from wyoming_pivoice.engines.remote_slot import RemoteLlmSlot
 from wyoming_pivoice.satellite.stages import ServerLink, StreamingResponder
-from wyoming_pivoice.server.handler import PivoiceEventHandler
 from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
 from wyoming_pivoice.timing import TurnClock
 
-from .helpers import free_port, server_process
+from .helpers import (
+    free_port,
+    in_process_server,
+    read_until,
+    server_process,
+    turn_event,
+    wait_until,
+)
 from .llama_server import DISCONNECTED, GENERATED, MODEL_ALIAS, LlamaServer
 
 CHAT = "POST /v1/chat/completions"
@@ -60,25 +64,9 @@ def running(engine: LlamaServer) -> LlamaServer:
     return engine
 
 
-def turn(text: str, conversation_id: str | None = None, turn_id: str | None = None) -> Event:
-    context = {k: v for k, v in (("conversation_id", conversation_id), ("turn_id", turn_id)) if v}
-    return Event("transcript", {"text": text, **({"context": context} if context else {})})
-
-
-async def read_until(client: AsyncTcpClient, *ends: str, timeout: float = 60) -> list[Event]:
-    replies: list[Event] = []
-    async with asyncio.timeout(timeout):
-        while True:
-            event = await client.read_event()
-            assert event is not None, f"connection closed after {[e.type for e in replies]}"
-            replies.append(event)
-            if event.type in ends:
-                return replies
-
-
 async def answered(client: AsyncTcpClient, text: str, conversation_id: str | None = None) -> str:
     """A turn that works: streamed pieces, then `handled` holding all of them."""
-    await client.write_event(turn(text, conversation_id))
+    await client.write_event(turn_event(text, conversation_id))
     replies = await read_until(client, "handled-stop", "error")
     types = [e.type for e in replies]
     assert types[0] == "handled-start" and types[-2:] == ["handled", "handled-stop"], replies[-1]
@@ -107,7 +95,7 @@ async def failure(client: AsyncTcpClient, timeout: float = 30) -> tuple[list[str
 
 async def failed(client: AsyncTcpClient, text: str) -> str:
     """A turn that fails; the error's text."""
-    await client.write_event(turn(text))
+    await client.write_event(turn_event(text))
     return (await failure(client))[1]
 
 
@@ -118,10 +106,7 @@ def pivoice(engine: LlamaServer, tmp_path_factory: pytest.TempPathFactory) -> It
     args = ("--llm-url", engine.url, "--llm-timeout", "20", "--max-tokens", str(MAX_TOKENS))
     with server_process(*args, log=log) as port:
         # Its start-up probe has reached the engine: the tests count the requests after it.
-        deadline = time.monotonic() + 60
-        while "Loaded LLM (remote" not in log.read_text():
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+        wait_until(lambda: "Loaded LLM (remote" in log.read_text(), "remote LLM probe", 60)
         yield port
 
 
@@ -134,7 +119,7 @@ async def test_a_turn_streams_from_the_remote_engine(running: LlamaServer, pivoi
         assert running.url in handle["description"]
         assert "now answering: remote" in handle["description"]
 
-        await client.write_event(turn(LONG, "remote-1"))
+        await client.write_event(turn_event(LONG, "remote-1"))
         replies = await read_until(client, "handled-stop", "error")
         assert [e.type for e in replies][-2:] == ["handled", "handled-stop"], replies[-1]
         pieces = [e.data["text"] for e in replies if e.type == "handled-chunk"]
@@ -148,7 +133,7 @@ async def test_a_turn_streams_from_the_remote_engine(running: LlamaServer, pivoi
 
 async def test_engine_killed_mid_reply_then_back(running: LlamaServer, pivoice: int) -> None:
     async with AsyncTcpClient("127.0.0.1", pivoice) as client:
-        await client.write_event(turn(LONG))
+        await client.write_event(turn_event(LONG))
         first = await read_until(client, "handled-chunk", "handled-stop", "error")
         assert first[-1].type == "handled-chunk", [e.type for e in first]
         running.kill()
@@ -229,13 +214,8 @@ async def with_fallback(running: LlamaServer) -> AsyncIterator[tuple[int, Servic
     async with asyncio.timeout(60):
         while not (slot.loaded and slot.fallback is not None and slot.fallback.loaded):
             await asyncio.sleep(0.05)
-    port = free_port()
-    server = AsyncTcpServer("127.0.0.1", port)
-    await server.start(partial(PivoiceEventHandler, services))
-    try:
+    async with in_process_server(services) as port:
         yield port, services
-    finally:
-        await server.stop()
 
 
 async def test_fallback_answers_with_the_local_model_while_the_engine_is_down(

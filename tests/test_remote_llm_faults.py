@@ -12,21 +12,18 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from functools import partial
 
 import pytest
 import pytest_asyncio
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
-from wyoming.server import AsyncTcpServer
 
 from wyoming_pivoice.engines.llm import LlmSettings
 from wyoming_pivoice.engines.remote_llm import RemoteChat, RemoteLlmError, RemoteLlmSettings
-from wyoming_pivoice.server.handler import PivoiceEventHandler
 from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
 
-from .helpers import free_port
+from .helpers import free_port, in_process_server
 
 TIMEOUT = 1.0  # --llm-timeout of these tests
 
@@ -162,11 +159,8 @@ async def test_a_fault_answers_home_assistant_in_band_then_the_connection_goes_o
     """HA ignores `error`: the failed turn answers `not-handled` first, so HA stops waiting."""
     remote = RemoteLlmSettings(url=stand_in.url, timeout=TIMEOUT)
     services = Services.from_settings(ServerSettings(remote_llm=remote))
-    port = free_port()
-    server = AsyncTcpServer("127.0.0.1", port)
-    await server.start(partial(PivoiceEventHandler, services))
     try:
-        async with AsyncTcpClient("127.0.0.1", port) as client:
+        async with in_process_server(services) as port, AsyncTcpClient("127.0.0.1", port) as client:
             stand_in.reply = "silent"
             await client.write_event(Event("transcript", {"text": "Hi", "context": {"a": 1}}))
             types, last = await _until(client, "error")
@@ -185,7 +179,6 @@ async def test_a_fault_answers_home_assistant_in_band_then_the_connection_goes_o
             assert types[-2:] == ["handled", "handled-stop"]
     finally:
         stand_in.reply = "good"
-        await server.stop()
 
 
 async def _until(client: AsyncTcpClient, *ends: str) -> tuple[list[str], Event]:
@@ -199,6 +192,7 @@ async def _until(client: AsyncTcpClient, *ends: str) -> tuple[list[str], Event]:
                 return types, event
 
 
+@pytest.mark.slow  # a client slow on purpose, for 1.5 engine timeouts
 async def test_a_slow_consumer_is_not_the_engine_timing_out(stand_in: StandInEngine) -> None:
     """The timeout bounds the engine's waits only: a handler that takes longer than it to
     write a piece out (a slow client) does not end the reply."""

@@ -12,7 +12,7 @@ from wyoming_pivoice.room.acoustics import RoomAcoustics
 from wyoming_pivoice.room.session import RoomRun, run_satellite_in_room
 from wyoming_pivoice.room.simulator import Say
 
-from .helpers import make_speech, read_wav
+from .helpers import FakeHomeAssistant, ha_mode_satellite, make_speech, read_wav, stt, tts, words
 
 # Loud and late, with a room tail: the speaker's own voice reaches the mic 6 dB down.
 ECHOING = RoomAcoustics(echo_db=-6, delay_ms=60, tail_ms=60, noise_dbfs=-60, seed=7)
@@ -22,10 +22,6 @@ def said(text: str, path: Path, **when: float | int) -> Say:
     make_speech(text, path, voice="en-us", speed=150, pad_before=0.0, pad_after=0.0)
     audio = np.frombuffer(read_wav(path)[0], dtype="<i2").astype(np.float32) / 32768
     return Say(text, audio, **when)  # type: ignore[arg-type]
-
-
-def words(text: str) -> set[str]:
-    return set("".join(c if c.isalnum() else " " for c in text.lower()).split())
 
 
 def describe(run: RoomRun) -> str:
@@ -94,8 +90,6 @@ async def test_home_assistant_hears_the_follow_up_and_not_the_reply(
 
     from wyoming_pivoice.room.simulator import Room
 
-    from .test_ha_satellite import FakeHomeAssistant, satellite, stt, tts
-
     reply_text = "Here is a joke. Why did the cat sit on the computer? To keep an eye on the mouse."
     reply_pcm, rate = await tts(server_port, reply_text)
     first = said("Tell me a joke.", tmp_path / "q1.wav", at=0.5)
@@ -103,7 +97,7 @@ async def test_home_assistant_hears_the_follow_up_and_not_the_reply(
                   after_ms=300)  # fmt: skip
     async with Room(ECHOING, [first, follow], record=True) as room:
         args = ("--mic-command", room.mic_command, "--snd-command", room.speaker_command)
-        with satellite(tmp_path, *args) as sat:
+        with ha_mode_satellite(tmp_path, *args) as sat:
             async with FakeHomeAssistant(sat.port) as ha:
                 await ha.send(RunSatellite().event())
                 ha.keep_pinging()

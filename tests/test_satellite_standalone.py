@@ -8,102 +8,40 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-import wave
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from .helpers import REPO, free_port, read_wav
-from .test_audio_io import alsa_home
+from .helpers import (
+    ALSA_FILE_DEVICES,
+    REPO,
+    alsa_home,
+    check_reply_audio,
+    free_port,
+    read_wav,
+    run_satellite,
+    satellite_argv,
+    silence,
+    spawn_satellite,
+    spoken,
+    words,
+    write_wav,
+)
 
 FRAME = 0.032
-
-
-def spoken(text: str, path: Path, speed: int = 150) -> bytes:
-    """espeak-ng speech at 16 kHz with its own leading and trailing silence trimmed."""
-    raw = path.with_suffix(".espeak.wav")
-    subprocess.run(["espeak-ng", "-v", "en-us", "-s", str(speed), "-w", str(raw), text], check=True)
-    subprocess.run(
-        [
-            "sox",
-            str(raw),
-            "-r",
-            "16000",
-            "-c",
-            "1",
-            "-b",
-            "16",
-            str(path),
-            "silence",
-            "1",
-            "0.02",
-            "0.5%",
-            "reverse",
-            "silence",
-            "1",
-            "0.02",
-            "0.5%",
-            "reverse",
-        ],
-        check=True,
-    )
-    raw.unlink()
-    return read_wav(path)[0]
-
-
-def silence(seconds: float) -> bytes:
-    return bytes(int(seconds * 16000) * 2)
-
-
-def write_wav(path: Path, pcm: bytes) -> Path:
-    with wave.open(str(path), "wb") as wav:
-        wav.setframerate(16000)
-        wav.setsampwidth(2)
-        wav.setnchannels(1)
-        wav.writeframes(pcm)
-    return path
 
 
 def satellite(
     port: int, *args: str, env: dict[str, str] | None = None, timeout: float = 180
 ) -> subprocess.CompletedProcess[str]:
-    server = ["--server", f"tcp://127.0.0.1:{port}"]
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "wyoming_pivoice",
-            "--log-level",
-            "DEBUG",
-            "satellite",
-            *server,
-            *args,
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env or {**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    """A standalone satellite on the server at `port`, run to its end."""
+    return run_satellite("--server", f"tcp://127.0.0.1:{port}", *args, env=env, timeout=timeout)
 
 
 def turns(result: subprocess.CompletedProcess[str], log: Path) -> list[dict]:
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads(line) for line in log.read_text().splitlines()]
-
-
-def words(text: str) -> set[str]:
-    return set("".join(c if c.isalnum() else " " for c in text.lower()).split())
-
-
-def check_reply_audio(pcm: bytes, rate: int, reply: str) -> None:
-    seconds = len(pcm) / 2 / rate
-    # piper speaks roughly 8–25 characters a second
-    assert len(reply) / 30 < seconds < len(reply) / 5 + 1.0, (seconds, reply)
-    assert np.abs(np.frombuffer(pcm, dtype="<i2")).max() > 1000  # audio, not silence
 
 
 def test_one_turn_from_a_wav_at_real_time(
@@ -317,7 +255,7 @@ def test_pyaudio_mic_and_speaker(server_port: int, kitchen_wav: Path, tmp_path: 
     infile, outfile = tmp_path / "speech.raw", tmp_path / "played.raw"
     infile.write_bytes(read_wav(kitchen_wav)[0])
     log = tmp_path / "timing.jsonl"
-    env = alsa_home(tmp_path, infile, outfile)
+    env = alsa_home(tmp_path, ALSA_FILE_DEVICES.format(infile=infile, outfile=outfile))
     result = satellite(
         server_port,
         "--mic-device",
@@ -375,20 +313,18 @@ async def test_a_dropped_connection_fails_one_turn_and_the_next_reconnects(
     mic = write_wav(tmp_path / "two.wav", pcm)
     log = tmp_path / "timing.jsonl"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "wyoming_pivoice",
-        "satellite",
-        "--server",
-        f"tcp://127.0.0.1:{port}",
-        "--mic-wav",
-        str(mic),
-        "--mic-pace",
-        "none",
-        "--snd-device",
-        "null",
-        "--timing-log",
-        str(log),
+        *satellite_argv(
+            "--server",
+            f"tcp://127.0.0.1:{port}",
+            "--mic-wav",
+            str(mic),
+            "--mic-pace",
+            "none",
+            "--snd-device",
+            "null",
+            "--timing-log",
+            str(log),
+        ),
         cwd=REPO,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -406,23 +342,11 @@ async def test_a_dropped_connection_fails_one_turn_and_the_next_reconnects(
 
 def test_sigterm_stops_the_satellite_and_its_mic_command(tmp_path: Path) -> None:
     pidfile = tmp_path / "mic.pid"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "wyoming_pivoice",
-            "satellite",
-            "--server",
-            f"tcp://127.0.0.1:{free_port()}",
-            "--mic-command",
-            f"echo $$ > {pidfile}; exec sleep 60",
-            "--snd-device",
-            "null",
-        ],
-        cwd=REPO,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = spawn_satellite(
+        "--server", f"tcp://127.0.0.1:{free_port()}",
+        "--mic-command", f"echo $$ > {pidfile}; exec sleep 60", "--snd-device", "null",
+        stdout=None, stderr=subprocess.PIPE,
+    )  # fmt: skip
     deadline = time.monotonic() + 30
     while not (pidfile.exists() and pidfile.read_text().strip()):
         assert time.monotonic() < deadline and proc.poll() is None

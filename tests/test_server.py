@@ -6,29 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from wyoming.asr import Transcribe
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.event import Event
 from wyoming.handle import Handled
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
-from .helpers import exchange, make_speech, read_wav
+from .helpers import exchange, make_speech, read_wav, transcribe_events, words
 
 VOICE_RATE = 22050  # en_US-joe-medium
-
-
-def transcribe_events(pcm: bytes, rate: int, width: int, channels: int, chunk: int = 4096):
-    events = [
-        Transcribe(language="en").event(),
-        AudioStart(rate=rate, width=width, channels=channels).event(),
-    ]
-    events += [
-        AudioChunk(rate=rate, width=width, channels=channels, audio=pcm[i : i + chunk]).event()
-        for i in range(0, len(pcm), chunk)
-    ]
-    events.append(AudioStop().event())
-    return events
 
 
 def audio_runs(events: list[Event]) -> list[tuple[int, int, int, bytes]]:
@@ -48,10 +33,6 @@ def audio_runs(events: list[Event]) -> list[tuple[int, int, int, bytes]]:
             runs.append((*fmt, b"".join(current)))
             current = None
     return runs
-
-
-def words(text: str) -> set[str]:
-    return {w.strip(".,!?").lower() for w in text.split()}
 
 
 async def test_describe_lists_asr_tts_handle_and_no_satellite(server_port: int) -> None:

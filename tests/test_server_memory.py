@@ -23,8 +23,7 @@ from wyoming.event import Event, async_read_event, async_write_event
 
 from wyoming_pivoice.engines.tts import MAX_PIECE_PHONEMES, PiperTts, TtsSettings
 
-from .helpers import exchange, server_process
-from .test_fuzz import server_process_of
+from .helpers import exchange, server_process, server_process_of
 
 # Texts with no sentence end, each as long as `chars`: the shapes that blew up.
 WORST = {

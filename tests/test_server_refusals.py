@@ -11,65 +11,29 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from wyoming.event import Event, async_read_event
 
-from .helpers import server_process
-from .test_fuzz import encode
+from .helpers import (
+    AUDIO,
+    PCM_SECOND,
+    RELEASE_S,
+    STREAM,
+    STT,
+    TTS,
+    TURN,
+    encode,
+    ha_reads,
+    server_process,
+    synthesize,
+    turn,
+)
 
-RELEASE_S = 1.0  # HA-like clients must be let go within this
+
 # What HA reads until, by request: the first of these event types, or EOF.
-STT = {"transcript"}
-TTS = {"audio-stop"}
-STREAM = {"synthesize-stopped"}
-TURN = {"handled", "not-handled"}
-
-PCM_SECOND = b"\0\1" * 16000
-AUDIO = {"rate": 16000, "width": 2, "channels": 1}
-
-
-async def ha_reads(
-    port: int, frames: list[bytes], until: set[str], bound: float = 10.0
-) -> tuple[float, list[Event], str]:
-    """Send the request as HA does; read as HA does. Returns (seconds from the last byte
-    sent to release, replies, how it was released: an event type or "eof")."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        for frame in frames:
-            writer.write(frame)
-        await writer.drain()
-        sent = time.monotonic()
-        replies: list[Event] = []
-        async with asyncio.timeout(bound):
-            while True:
-                try:
-                    event = await async_read_event(reader)
-                except ConnectionError:
-                    event = None
-                if event is None:
-                    return time.monotonic() - sent, replies, "eof"
-                replies.append(event)
-                if event.type in until:  # `error` is not among them: HA ignores it
-                    return time.monotonic() - sent, replies, event.type
-    finally:
-        writer.close()
-
-
-def synthesize(text: object, **extra: object) -> bytes:
-    return encode("synthesize", {"text": text, **extra}, None)
-
-
-def turn(text: object, context: object = None) -> bytes:
-    data: dict[str, object] = {"text": text}
-    if context is not None:
-        data["context"] = context
-    return encode("transcript", data, None)
-
-
 def surrogate(kind: str) -> bytes:
     """A frame whose text holds a lone surrogate (legal JSON, not UTF-8)."""
     block = b'{"text": "hi \\ud800"}'

@@ -19,9 +19,17 @@ from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.info import Describe
 from wyoming.ping import Ping
 
-from .helpers import server_process
-from .test_fuzz import encode, open_connections, server_process_of
-from .test_server_refusals import PCM_SECOND, RELEASE_S, TTS, ha_reads, synthesize
+from .helpers import (
+    PCM_SECOND,
+    RELEASE_S,
+    TTS,
+    encode,
+    ha_reads,
+    open_connections,
+    server_process,
+    server_process_of,
+    synthesize,
+)
 
 SLOTS = 4
 PER_HOST = 3

@@ -24,9 +24,15 @@ from wyoming_pivoice import __version__
 from wyoming_pivoice.bench.servers import stop
 from wyoming_pivoice.ports import free_port, wait_for_port
 
-from .helpers import REPO, exchange, read_wav
-from .test_addon_repository import CONSTRAINTS, healthcheck_command
-from .test_server import transcribe_events, words
+from .helpers import (
+    CONSTRAINTS,
+    REPO,
+    exchange,
+    healthcheck_command,
+    read_wav,
+    transcribe_events,
+    words,
+)
 
 NAME = f"wyoming_pivoice-{__version__}"
 

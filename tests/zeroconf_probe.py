@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
+import threading
 
 from zeroconf import ServiceBrowser, ServiceStateChange, Zeroconf
 
@@ -20,6 +20,7 @@ SERVICE = "_wyoming._tcp.local."
 def browse_first(timeout: float = 20.0) -> dict[str, object]:
     """Browse as Home Assistant does; the first service resolved: name, port, addresses."""
     found: dict[str, object] = {}
+    resolved = threading.Event()
     zc = Zeroconf()
     try:
 
@@ -30,11 +31,10 @@ def browse_first(timeout: float = 20.0) -> dict[str, object]:
                 info = zeroconf.get_service_info(service_type, name, timeout=3000)
                 if info is not None:
                     found.update(name=name, port=info.port, addresses=info.parsed_addresses())
+                    resolved.set()
 
         ServiceBrowser(zc, SERVICE, handlers=[on_change])
-        deadline = time.monotonic() + timeout
-        while not found and time.monotonic() < deadline:
-            time.sleep(0.1)
+        resolved.wait(timeout)
     finally:
         zc.close()
     return found
