@@ -19,7 +19,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from .llm import LlamaChat
@@ -93,7 +93,7 @@ class RemoteLlmSlot:
             return f"local fallback ({self.fallback.name})"
         return f"remote ({self.remote.url})"
 
-    async def stream(self, fn: Callable[[Any, threading.Event], Any]) -> AsyncIterator[str]:
+    async def stream(self, fn: Callable[[Any, threading.Event], Any]) -> AsyncGenerator[str, None]:
         if self.fallback is None or time.monotonic() >= self._local_until:
             try:
                 pieces = fn(self.remote, threading.Event())
