@@ -41,6 +41,8 @@ from hypothesis import strategies as st
 from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.info import Describe
 
+from wyoming_pivoice.server.errors import CLOSING, ErrorCode
+
 # ---- what the server may send -------------------------------------------------------------
 
 REPLY_TYPES = {
@@ -61,22 +63,7 @@ REPLY_TYPES = {
     "audio-stop",
     "synthesize-stopped",
 }
-ERROR_CODES = {
-    "malformed",
-    "frame-too-large",
-    "bad-request",
-    "bad-audio-format",
-    "audio-too-long",
-    "empty-audio",
-    "text-too-long",
-    "empty-text",
-    "unknown-speaker",
-    "overloaded",
-    "busy",
-    "idle",
-    "evicted",
-    "timeout",
-}
+ERROR_CODES = {code.value for code in ErrorCode} - {ErrorCode.INTERNAL}
 # The replies that end an answer (counted by `script/fuzz`).
 FINAL_REPLIES = {
     "info",
@@ -88,7 +75,7 @@ FINAL_REPLIES = {
     "synthesize-stopped",
 }
 # Error codes after which the server closes the connection.
-CLOSING_CODES = {"malformed", "frame-too-large", "busy", "idle", "evicted", "timeout"}
+CLOSING_CODES = {code.value for code in CLOSING}
 RUNS = {"audio": "audio", "transcript": "transcript", "handled": "handled"}
 
 CASE_BOUND = 180.0  # seconds a case may take, models included (a hang fails long before CI)
@@ -594,7 +581,7 @@ def check(case: Case, outcome: Outcome) -> None:
         if first_bad is not None and first_bad.definite:
             # A line that can never be an event: refused with a reason, then closed.
             codes = [e.data.get("code") for e in outcome.replies if e.type == "error"]
-            assert {"malformed", "frame-too-large"} & set(codes), codes
+            assert {ErrorCode.MALFORMED, ErrorCode.FRAME_TOO_LARGE} & set(codes), codes
     if case.well_formed and case.ending == "half-close":
         # Nothing well-formed closes the connection, and nothing asked for is lost.
         codes = {e.data.get("code") for e in outcome.replies if e.type == "error"}
