@@ -54,9 +54,9 @@ class Conversations:
         first: float | None = None
         await self.write(HandledStart(context=turn_context).event())
         pieces: list[str] = []
-        reply_pieces = self.services.answer(self.host, earlier, text, began=start)
-        async with contextlib.aclosing(reply_pieces):
-            async for piece in reply_pieces:
+        output = self.services.answer(self.host, earlier, text, began=start)
+        async with contextlib.aclosing(output):
+            async for piece in output:
                 if first is None:
                     first = time.monotonic() - start
                 pieces.append(piece)

@@ -17,7 +17,7 @@ import contextlib
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from .connections import ConnectionTable
 from .info import ServiceDescription
 
 E = TypeVar("E", WhisperAsr, PiperTts, LlamaChat)
+T = TypeVar("T")
 
 
 def warmed(engine: E) -> E:
@@ -63,6 +64,8 @@ class Services:
     connections: ConnectionTable
     audio_first: AudioFirst = field(default_factory=AudioFirst)
     clients: int = 0  # handlers alive, refused ones included
+    # Count each turn's prompt tokens with the model's tokenizer (for the compute log).
+    count_prompt_tokens: bool = False
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> Services:
@@ -96,24 +99,34 @@ class Services:
 
         self.asr.start_loading().add_done_callback(then_the_rest)
 
-    def transcribe(self, audio: np.ndarray, language: str | None) -> AsyncGenerator[str, None]:
+    def transcribe(self, audio: np.ndarray, language: str | None) -> Output[str]:
         """The text of each decoded segment of 16 kHz mono float32 `audio`."""
-        return self.asr.stream(lambda asr, cancel: asr.segments(audio, language, cancel))
+        output: Output[str] = Output()
 
-    def answer(
-        self, key: str, earlier: list[Exchange], text: str, began: float
-    ) -> AsyncGenerator[str, None]:
+        def segments(asr: WhisperAsr, cancel: threading.Event) -> Iterator[str]:
+            output.model = model_name(asr)
+            return asr.segments(audio, language, cancel)
+
+        output.items = self.asr.stream(segments)
+        return output
+
+    def answer(self, key: str, earlier: list[Exchange], text: str, began: float) -> Output[str]:
         """The reply's pieces to `text` after the `earlier` exchanges, its prompt fitted to
         the model's context; it yields to speech for `key` that begins after `began`."""
         pause = self.audio_first.pause_for(key, since=began)
         reply_tokens = self.settings.llm.max_tokens
         store = self.conversations
+        output: Output[str] = Output()
 
         def turn(llm: Any, cancel: threading.Event) -> Any:
             messages = store.prompt(llm, earlier, text, reply_tokens)
+            output.model = model_name(llm)
+            if self.count_prompt_tokens and isinstance(llm, LlamaChat):
+                output.prompt_tokens = len(llm.prompt_tokens(messages))
             return llm.stream(messages, cancel=cancel, pause=pause)
 
-        return self.llm.stream(turn)
+        output.items = self.llm.stream(turn)
+        return output
 
     async def speech(self, text: str, speaker: str | None, key: str, began: float) -> Speech:
         """`text` as speech for `key` (a request that began at `began`), cut into pieces.
@@ -133,7 +146,34 @@ class Services:
         def piece_audio(piece: str) -> AsyncGenerator[bytes, None]:
             return self.tts.stream(lambda engine, cancel: speak(engine, cancel, piece))
 
-        return Speech(tts.sample_rate, tts.sample_width, tts.channels, pieces, piece_audio)
+        return Speech(
+            model_name(tts), tts.sample_rate, tts.sample_width, tts.channels, pieces, piece_audio
+        )
+
+
+def model_name(engine: object) -> str:
+    """An engine's model name (a test's stand-in engine may have none)."""
+    return str(getattr(engine, "name", type(engine).__name__))
+
+
+class Output(Generic[T]):
+    """A request's output as a model streams it, and what the compute log needs of it.
+
+    Iterate it inside `contextlib.aclosing`, so leaving early frees the model at once.
+    """
+
+    def __init__(self) -> None:
+        self.items: AsyncGenerator[T, None] | None = None
+        self.model = "?"  # the engine's model name, known once the engine has the request
+        self.prompt_tokens: int | None = None  # an LLM prompt's, by its own tokenizer
+
+    def __aiter__(self) -> AsyncGenerator[T, None]:
+        assert self.items is not None
+        return self.items
+
+    async def aclose(self) -> None:
+        if self.items is not None:
+            await self.items.aclose()
 
 
 class UnknownSpeaker(ValueError):
@@ -144,6 +184,7 @@ class UnknownSpeaker(ValueError):
 class Speech:
     """One text's audio: 16-bit PCM at `rate`, spoken one piece (one inference) at a time."""
 
+    model: str
     rate: int
     width: int
     channels: int

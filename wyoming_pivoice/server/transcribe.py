@@ -132,8 +132,9 @@ class Transcriptions:
         start = time.monotonic()
         await self.write(TranscriptStart(language=language).event())
         parts: list[str] = []
-        async with contextlib.aclosing(self.services.transcribe(audio, language)) as segments:
-            async for text in segments:
+        output = self.services.transcribe(audio, language)
+        async with contextlib.aclosing(output):
+            async for text in output:
                 parts.append(text)
                 await self.write(TranscriptChunk(text=text).event())
         text = " ".join(parts)
