@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ async def iterate_in_thread(
                 break
             if isinstance(item, _Failure):
                 raise item.error
-            yield item  # type: ignore[misc]
+            yield cast(R, item)  # neither _DONE nor a _Failure: the worker's item
     finally:
         cancel.set()
         # The thread cannot be stopped; wait until it has let go of its model.
