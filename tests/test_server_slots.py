@@ -1,4 +1,4 @@
-"""Idle, pinging and slow clients never lock a real one out (server/connections.py).
+"""Idle, pinging and slow clients never lock a real one out (server/slots.py).
 
 A small server (4 slots, 2 per address, short timeouts) against clients that hold slots
 the ways a hostile LAN neighbour would; the real client is served every time. Other source

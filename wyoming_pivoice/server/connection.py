@@ -10,7 +10,7 @@ Every request gets the answer its client waits for, whatever happens: a refused 
 one gets `error` and then the in-band end Home Assistant reads (errors.py). Refusals are
 queued like requests, so they keep the order of replies. A frame we cannot read, a slot
 refused, an idle or too slow client, an eviction: `error`, then close. The limits are
-listed in limits.py; connection slots in connections.py.
+listed in limits.py; connection slots in slots.py.
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ from wyoming.error import Error
 from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.server import AsyncEventHandler
 
-from .connections import Slot
 from .errors import Closing, ErrorCode, Owed, RequestError, ending
 from .limits import BoundedReader
 from .services import Services
+from .slots import Slot
 
 _LOGGER = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Events that are not requests: answered, but they keep no connection alive (connections.py).
+# Events that are not requests: answered, but they keep no connection alive (slots.py).
 _NOT_REQUESTS = {"ping", "describe"}
 # Runs of events whose start we must remember to end a failed request cleanly.
 _RUNS = {"audio", "transcript", "handled"}
@@ -176,7 +176,7 @@ class Connection(AsyncEventHandler):
         return not self.queue.idle or self.receiving()
 
     def _evict(self) -> None:
-        """Close this idle connection to make room for another (connections.py)."""
+        """Close this idle connection to make room for another (slots.py)."""
         self._evicted.set()
 
     # ---- reading, with its deadlines ------------------------------------------------------

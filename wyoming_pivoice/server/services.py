@@ -30,8 +30,8 @@ from ..engines.remote_slot import RemoteLlmSlot
 from ..engines.runtime import ModelSlot
 from ..engines.tts import PiperTts
 from ..settings import ServerSettings
-from .connections import ConnectionTable
 from .info import ServiceDescription
+from .slots import ConnectionTable
 
 E = TypeVar("E", WhisperAsr, PiperTts, LlamaChat)
 T = TypeVar("T")
