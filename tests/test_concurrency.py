@@ -19,6 +19,7 @@ from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
 from wyoming_pivoice.audio import resample_pcm16
+from wyoming_pivoice.server.errors import ErrorCode
 
 from .helpers import (
     RELEASE_S,
@@ -204,7 +205,7 @@ async def test_eight_clients_at_once_while_others_stall_or_vanish(
         with contextlib.suppress(ConnectionError, TimeoutError):
             async with asyncio.timeout(5):
                 event = await async_read_event(reader)
-                evicted += event is not None and event.data.get("code") == "evicted"
+                evicted += event is not None and event.data.get("code") == ErrorCode.EVICTED
         writer.close()
     assert evicted >= 3  # the server made room: 8 + 3 clients beside 12 idle, 16 slots
 

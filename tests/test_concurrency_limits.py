@@ -14,6 +14,8 @@ from wyoming.event import Event, async_read_event
 from wyoming.info import Describe
 from wyoming.tts import Synthesize
 
+from wyoming_pivoice.server.errors import ErrorCode
+
 from .helpers import (
     describe_works,
     encode,
@@ -65,7 +67,7 @@ async def test_silent_client_is_closed_with_idle_error(limited_port: int) -> Non
         replies = await read_all(reader, timeout=IDLE + 30)
     finally:
         writer.close()
-    assert [e.data["code"] for e in replies[:-1]] == ["idle"] and replies[-1] is None
+    assert [e.data["code"] for e in replies[:-1]] == [ErrorCode.IDLE] and replies[-1] is None
 
 
 async def test_client_that_reads_nothing_is_dropped_and_blocks_nobody(limited_port: int) -> None:
@@ -112,7 +114,7 @@ async def test_too_many_queued_requests_are_refused_as_overloaded(server_port: i
                 event = await async_read_event(reader)
                 if event.type == "error":
                     codes.append(event.data["code"])
-        assert set(codes) == {"overloaded"}
+        assert set(codes) == {ErrorCode.OVERLOADED}
     finally:
         writer.close()
     await describe_works(server_port)

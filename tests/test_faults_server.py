@@ -21,6 +21,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 from wyoming_pivoice.engines.llm import LlamaChat
 from wyoming_pivoice.engines.runtime import ModelSlot
 from wyoming_pivoice.engines.tts import PiperTts
+from wyoming_pivoice.server.errors import ErrorCode
 from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
 
@@ -131,7 +132,7 @@ async def test_llm_failure_ends_the_turn_with_an_error(
         if when == "mid-reply":
             assert 1 <= types.count("handled-chunk") <= 3  # what was said before the failure
         error = replies[-3].data
-        assert error["code"] == "internal" and "llama.cpp failed" in error["text"]
+        assert error["code"] == ErrorCode.INTERNAL and "llama.cpp failed" in error["text"]
         await nothing_more(client)
         # The same connection, the same conversation: the next turn is answered, and the
         # failed turn was not kept in the conversation's history.
@@ -155,7 +156,7 @@ async def test_tts_failure_ends_the_synthesis_with_an_error(faulty: tuple[int, S
         # The error, then the audio run's end: HA's plain TTS waits for audio-stop.
         assert types[0] == "audio-start" and types[-2:] == ["error", "audio-stop"], types
         assert audio_seconds(replies) > 0.5  # the first sentence was spoken before the failure
-        assert replies[-2].data["code"] == "internal"
+        assert replies[-2].data["code"] == ErrorCode.INTERNAL
         assert "piper failed" in replies[-2].data["text"]
         await nothing_more(client)
         await client.write_event(Synthesize(text="The kitchen lights are on.").event())
@@ -205,7 +206,7 @@ async def test_model_that_fails_to_load_answers_errors_and_describe_still_works(
                 # keep the order of requests).
                 replies = await read_until(client, "info", timeout=30)
                 [error] = [e.data for e in replies if e.type == "error"]
-                assert error["code"] == "internal"
+                assert error["code"] == ErrorCode.INTERNAL
                 assert "model file is corrupt" in error["text"]
                 assert {"not-handled", "audio-stop"} & {e.type for e in replies}
 

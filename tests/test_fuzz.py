@@ -40,6 +40,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from wyoming.event import Event, async_read_event
 
+from wyoming_pivoice.server.errors import CLOSING, ErrorCode
+
 from .helpers import (
     describe_works,
     encode,
@@ -68,22 +70,7 @@ REPLY_TYPES = {
     "audio-stop",
     "synthesize-stopped",
 }
-ERROR_CODES = {
-    "malformed",
-    "frame-too-large",
-    "bad-request",
-    "bad-audio-format",
-    "audio-too-long",
-    "empty-audio",
-    "text-too-long",
-    "empty-text",
-    "unknown-speaker",
-    "overloaded",
-    "busy",
-    "idle",
-    "evicted",
-    "timeout",
-}
+ERROR_CODES = {code.value for code in ErrorCode} - {ErrorCode.INTERNAL}
 # The replies that end an answer (counted by `script/fuzz`).
 FINAL_REPLIES = {
     "info",
@@ -95,7 +82,7 @@ FINAL_REPLIES = {
     "synthesize-stopped",
 }
 # Error codes after which the server closes the connection.
-CLOSING_CODES = {"malformed", "frame-too-large", "busy", "idle", "evicted", "timeout"}
+CLOSING_CODES = {code.value for code in CLOSING}
 RUNS = {"audio": "audio", "transcript": "transcript", "handled": "handled"}
 
 CASE_BOUND = 180.0  # seconds a case may take, models included (a hang fails long before CI)
@@ -572,7 +559,7 @@ def check(case: Case, outcome: Outcome) -> None:
         if first_bad is not None and first_bad.definite:
             # A line that can never be an event: refused with a reason, then closed.
             codes = [e.data.get("code") for e in outcome.replies if e.type == "error"]
-            assert {"malformed", "frame-too-large"} & set(codes), codes
+            assert {ErrorCode.MALFORMED, ErrorCode.FRAME_TOO_LARGE} & set(codes), codes
     if case.well_formed and case.ending == "half-close":
         # Nothing well-formed closes the connection, and nothing asked for is lost.
         codes = {e.data.get("code") for e in outcome.replies if e.type == "error"}

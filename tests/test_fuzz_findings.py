@@ -9,6 +9,8 @@ import json
 import pytest
 from wyoming.event import Event, async_read_event
 
+from wyoming_pivoice.server.errors import ErrorCode
+
 from .helpers import encode
 
 
@@ -61,7 +63,9 @@ async def test_text_no_model_or_client_can_take_is_refused(server_port: int, eve
     word when echoed back, or fail inside the voice; NULs failed inside the voice."""
     data = encode(event.type, event.data, None) + encode("describe", {}, None)
     replies = await session(server_port, data)
-    assert codes(replies) == ["text-too-long" if "junk" in str(event.data) else "bad-request"]
+    assert codes(replies) == [
+        ErrorCode.TEXT_TOO_LONG if "junk" in str(event.data) else ErrorCode.BAD_REQUEST
+    ]
     # The end Home Assistant waits for, then the connection went on serving, in order.
     ending = {"transcript": ["not-handled"], "synthesize": ["audio-start", "audio-stop"]}
     assert [e.type for e in replies[1:-1]] == [*ending.get(event.type, []), "info"]
@@ -83,14 +87,14 @@ async def test_text_no_model_or_client_can_take_is_refused(server_port: int, eve
 async def test_json_nested_too_deep_is_malformed(server_port: int, frame: bytes) -> None:
     """Used to end the connection with an unhandled RecursionError and no error event."""
     replies = await session(server_port, frame)
-    assert codes(replies) == ["malformed"] and replies[-1] is None
+    assert codes(replies) == [ErrorCode.MALFORMED] and replies[-1] is None
 
 
 async def test_bad_line_just_before_the_end_is_still_answered(server_port: int) -> None:
     """A complete line that is not an event, then the client's end of input: the error used
     to be skipped because the reader had already seen the end."""
     replies = await session(server_port, b"\n")
-    assert codes(replies) == ["malformed"]
+    assert codes(replies) == [ErrorCode.MALFORMED]
 
 
 async def test_error_survives_bytes_sent_after_a_bad_frame(server_port: int) -> None:
@@ -99,7 +103,7 @@ async def test_error_survives_bytes_sent_after_a_bad_frame(server_port: int) -> 
     trailing = encode("describe", {}, None) * 200 + b"\xff" * 5000
     for _ in range(10):
         replies = await session(server_port, b"not json\n" + trailing)
-        assert codes(replies) == ["malformed"] and replies[-1] is None
+        assert codes(replies) == [ErrorCode.MALFORMED] and replies[-1] is None
 
 
 async def test_streamed_text_over_the_limit_is_refused_once_and_the_stream_still_ends(
@@ -110,7 +114,7 @@ async def test_streamed_text_over_the_limit_is_refused_once_and_the_stream_still
     events += [Event("synthesize-stop", {})]
     data = b"".join(encode(e.type, e.data, None) for e in events)
     replies = await session(server_port, data)
-    assert codes(replies) == ["text-too-long"]
+    assert codes(replies) == [ErrorCode.TEXT_TOO_LONG]
     assert [e.type for e in replies if e is not None][-1] == "synthesize-stopped"
 
 
@@ -134,7 +138,7 @@ async def test_queued_audio_is_capped_per_connection(server_port: int) -> None:
         async with asyncio.timeout(60):
             while (event := await async_read_event(reader)).type != "error":
                 pass
-        assert event.data["code"] == "overloaded"
+        assert event.data["code"] == ErrorCode.OVERLOADED
     finally:
         writer.close()
 
@@ -145,7 +149,7 @@ async def test_data_block_has_a_smaller_cap_than_audio(server_port: int) -> None
     block = b'{"text": [' + b"{}," * 100_000 + b"{}]}"  # 300 KB
     header = json.dumps({"type": "ping", "data_length": len(block)}).encode() + b"\n"
     replies = await session(server_port, header + block)
-    assert codes(replies) == ["frame-too-large"] and "data" in replies[0].data["text"]
+    assert codes(replies) == [ErrorCode.FRAME_TOO_LARGE] and "data" in replies[0].data["text"]
     fmt = {"rate": 16000, "width": 2, "channels": 1}
     audio = encode("audio-start", fmt, None) + encode("audio-chunk", fmt, b"\0\1" * 150_000)
     replies = await session(server_port, audio + encode("describe", {}, None))

@@ -1,43 +1,59 @@
-"""Audio first: the LLM's token loop waits while a synthesis runs (control flow only)."""
+"""Audio first: the LLM's token loop waits while a synthesis runs (control flow only).
+
+No test sleeps or times a wait: a pause is seen blocking through the condition it waits
+on (`Watched`), and the order of tokens and releases is recorded as it happens.
+"""
 
 from __future__ import annotations
 
 import threading
-import time
+from collections.abc import Iterator
 
 from wyoming_pivoice.engines.priority import AudioFirst
 
+DEADLINE_S = 10.0  # bounds every wait on another thread; never reached when all is well
 
-def _tokens(audio_first: AudioFirst, stamps: list[float], count: int):
-    for _ in range(count):
-        stamps.append(time.monotonic())
-        yield "x"
-        audio_first.pause()
+
+class Watched(threading.Condition):
+    """AudioFirst's condition, telling when a pause really blocks on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+        self.waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        self.waiting.set()
+        return super().wait(timeout)
+
+
+def watched(audio_first: AudioFirst) -> Watched:
+    condition = Watched()
+    audio_first._changed = condition  # before any synthesis marks itself
+    return condition
 
 
 def test_llm_waits_while_speaking_and_resumes_after() -> None:
-    audio_first = AudioFirst()
-    stamps: list[float] = []
-    release = threading.Event()
+    audio_first = AudioFirst(max_pause_s=DEADLINE_S)
+    condition = watched(audio_first)
+    happened: list[str] = []
 
-    def speak() -> None:
-        with audio_first.speaking():
-            release.wait(5)
+    def tokens() -> Iterator[str]:
+        for _ in range(3):
+            happened.append("token")
+            yield "x"
+            audio_first.pause()
 
-    speaker = threading.Thread(target=speak)
-    speaker.start()
-    while not audio_first.speaking_now:
-        time.sleep(0.001)
-    tokens = _tokens(audio_first, stamps, 3)
-    worker = threading.Thread(target=lambda: list(tokens))
-    worker.start()
-    time.sleep(0.2)
-    assert len(stamps) == 1  # the first token, then held at the boundary
-    released_at = time.monotonic()
-    release.set()
-    worker.join(5)
-    speaker.join(5)
-    assert len(stamps) == 3 and stamps[1] >= released_at
+    with audio_first.speaking():
+        worker = threading.Thread(target=lambda: list(tokens()))
+        worker.start()
+        assert condition.waiting.wait(DEADLINE_S)  # held at the first token boundary
+        assert happened == ["token"]
+        happened.append("spoken")
+    worker.join(DEADLINE_S)
+    assert not worker.is_alive()
+    assert happened == ["token", "spoken", "token", "token"]
 
 
 def test_nested_syntheses_hold_until_the_last_ends() -> None:
@@ -49,17 +65,21 @@ def test_nested_syntheses_hold_until_the_last_ends() -> None:
     assert not audio_first.speaking_now
 
 
-def test_pause_is_bounded_and_can_be_disabled() -> None:
+def test_pause_is_bounded() -> None:
+    """A TTS that never ends cannot starve the LLM: the pause times out and returns."""
     audio_first = AudioFirst(max_pause_s=0.05)
+    condition = watched(audio_first)
     with audio_first.speaking():
-        start = time.monotonic()
-        audio_first.pause()  # a TTS that never ends cannot starve the LLM
-        assert 0.04 <= time.monotonic() - start < 1.0
-        off = AudioFirst(enabled=False)
-        with off.speaking():
-            start = time.monotonic()
-            off.pause()
-            assert time.monotonic() - start < 0.04
+        audio_first.pause()  # returns although the synthesis still runs
+        assert condition.waits >= 1 and audio_first.speaking_now
+
+
+def test_pause_can_be_disabled() -> None:
+    audio_first = AudioFirst(enabled=False, max_pause_s=DEADLINE_S)
+    condition = watched(audio_first)
+    with audio_first.speaking():
+        audio_first.pause()
+    assert condition.waits == 0
 
 
 def test_while_speaking_marks_the_whole_iteration() -> None:
@@ -70,28 +90,31 @@ def test_while_speaking_marks_the_whole_iteration() -> None:
 
 def test_a_turn_waits_only_for_its_own_clients_speech() -> None:
     """Another client's synthesis (another key) does not hold a turn back."""
-    audio_first = AudioFirst(max_pause_s=5.0)
+    audio_first = AudioFirst(max_pause_s=DEADLINE_S)
+    condition = watched(audio_first)
+    happened: list[str] = []
     with audio_first.speaking("10.0.0.9"):
-        start = time.monotonic()
-        audio_first.pause_for("10.0.0.2")()  # returns at once
-        assert time.monotonic() - start < 1.0
-        waited = threading.Event()
+        audio_first.pause_for("10.0.0.2")()
+        assert condition.waits == 0  # another address: no wait at all
 
         def turn() -> None:
             audio_first.pause_for("10.0.0.9")()
-            waited.set()
+            happened.append("turn resumed")
 
         thread = threading.Thread(target=turn)
         thread.start()
-        assert not waited.wait(0.2)  # its own client's speech: it waits
-    assert waited.wait(5)
-    thread.join()
+        assert condition.waiting.wait(DEADLINE_S)  # its own client's speech: it waits
+        happened.append("spoken")
+    thread.join(DEADLINE_S)
+    assert not thread.is_alive()
+    assert happened == ["spoken", "turn resumed"]
 
 
 def test_a_synthesis_under_way_before_the_turn_does_not_hold_it() -> None:
-    audio_first = AudioFirst(max_pause_s=5.0)
-    with audio_first.speaking("10.0.0.9", began=time.monotonic()):
-        turn_began = time.monotonic()
-        start = time.monotonic()
-        audio_first.pause_for("10.0.0.9", since=turn_began)()
-        assert time.monotonic() - start < 1.0
+    audio_first = AudioFirst(max_pause_s=0.01)
+    condition = watched(audio_first)
+    with audio_first.speaking("10.0.0.9", began=100.0):
+        audio_first.pause_for("10.0.0.9", since=100.5)()
+        assert condition.waits == 0
+        audio_first.pause_for("10.0.0.9", since=99.5)()  # one that began after the turn
+        assert condition.waits >= 1

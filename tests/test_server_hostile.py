@@ -11,6 +11,8 @@ from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.info import Describe
 from wyoming.tts import Synthesize
 
+from wyoming_pivoice.server.errors import ErrorCode
+
 from .helpers import exchange
 
 
@@ -76,8 +78,8 @@ async def hostile_with_good(port: int, hostile) -> list:
 async def test_malformed_frames_get_error_then_close(server_port: int, line: bytes) -> None:
     replies = await hostile_with_good(server_port, raw_session(server_port, [line], read=2))
     assert replies[0].type == "error" and replies[0].data["code"] in (
-        "malformed",
-        "frame-too-large",
+        ErrorCode.MALFORMED,
+        ErrorCode.FRAME_TOO_LARGE,
     )
     assert replies[1] is None  # connection closed after a frame we cannot resync from
 
@@ -85,30 +87,36 @@ async def test_malformed_frames_get_error_then_close(server_port: int, line: byt
 async def test_oversized_frame_is_refused_before_reading(server_port: int) -> None:
     header = json.dumps({"type": "audio-chunk", "payload_length": 10**9}).encode() + b"\n"
     replies = await hostile_with_good(server_port, raw_session(server_port, [header], read=2))
-    assert replies[0].type == "error" and replies[0].data["code"] == "frame-too-large"
+    assert replies[0].type == "error" and replies[0].data["code"] == ErrorCode.FRAME_TOO_LARGE
     assert replies[1] is None
 
 
 async def test_overlong_header_line_is_refused(server_port: int) -> None:
     line = b'{"type": "describe", "pad": "' + b"x" * 200_000 + b'"}\n'
     replies = await hostile_with_good(server_port, raw_session(server_port, [line], read=2))
-    assert replies[0].type == "error" and replies[0].data["code"] == "malformed"
+    assert replies[0].type == "error" and replies[0].data["code"] == ErrorCode.MALFORMED
 
 
 @pytest.mark.parametrize(
     ("event", "code"),
     [
-        (AudioStart(rate=0, width=2, channels=1).event(), "bad-audio-format"),
-        (Event("audio-start", {"rate": "fast", "width": 2, "channels": 1}), "bad-audio-format"),
-        (AudioStart(rate=16000, width=3, channels=1).event(), "bad-audio-format"),
-        (AudioStart(rate=16000, width=2, channels=0).event(), "bad-audio-format"),
-        (AudioChunk(rate=16000, width=2, channels=1, audio=b"\0" * 64).event(), "bad-audio-format"),
-        (Event("synthesize", {"text": ""}), "empty-text"),
-        (Event("synthesize", {"text": 42}), "bad-request"),
-        (Event("synthesize", {"text": "x" * 5000}), "text-too-long"),
-        (Event("transcript", {"text": "   "}), "empty-text"),
-        (Event("transcript", {"text": ["a list"]}), "bad-request"),
-        (Event("synthesize-chunk", {"text": "no stream"}), "bad-request"),
+        (AudioStart(rate=0, width=2, channels=1).event(), ErrorCode.BAD_AUDIO_FORMAT),
+        (
+            Event("audio-start", {"rate": "fast", "width": 2, "channels": 1}),
+            ErrorCode.BAD_AUDIO_FORMAT,
+        ),
+        (AudioStart(rate=16000, width=3, channels=1).event(), ErrorCode.BAD_AUDIO_FORMAT),
+        (AudioStart(rate=16000, width=2, channels=0).event(), ErrorCode.BAD_AUDIO_FORMAT),
+        (
+            AudioChunk(rate=16000, width=2, channels=1, audio=b"\0" * 64).event(),
+            ErrorCode.BAD_AUDIO_FORMAT,
+        ),
+        (Event("synthesize", {"text": ""}), ErrorCode.EMPTY_TEXT),
+        (Event("synthesize", {"text": 42}), ErrorCode.BAD_REQUEST),
+        (Event("synthesize", {"text": "x" * 5000}), ErrorCode.TEXT_TOO_LONG),
+        (Event("transcript", {"text": "   "}), ErrorCode.EMPTY_TEXT),
+        (Event("transcript", {"text": ["a list"]}), ErrorCode.BAD_REQUEST),
+        (Event("synthesize-chunk", {"text": "no stream"}), ErrorCode.BAD_REQUEST),
     ],
     ids=[
         "rate-0",
@@ -144,7 +152,7 @@ async def test_empty_audio_gets_error(server_port: int) -> None:
     replies = await hostile_with_good(
         server_port, raw_session(server_port, frames, then_describe=True)
     )
-    assert replies[0].data["code"] == "empty-audio"
+    assert replies[0].data["code"] == ErrorCode.EMPTY_AUDIO
     assert [e.type for e in replies[1:]] == ["transcript", "info"]  # what HA waits for
 
 
@@ -156,7 +164,7 @@ async def test_audio_over_limit_gets_error(server_port: int) -> None:
     replies = await hostile_with_good(
         server_port, raw_session(server_port, frames, then_describe=True)
     )
-    assert replies[0].data["code"] == "audio-too-long"
+    assert replies[0].data["code"] == ErrorCode.AUDIO_TOO_LONG
     # answered with an empty transcript; the rest of that request was dropped, not transcribed
     assert [e.type for e in replies[1:]] == ["transcript", "info"]
     assert replies[1].data["text"] == ""

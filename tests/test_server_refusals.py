@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from wyoming.event import Event, async_read_event
 
+from wyoming_pivoice.server.errors import ErrorCode
+
 from .helpers import (
     AUDIO,
     PCM_SECOND,
@@ -59,34 +61,34 @@ TOO_LONG = "x" * 4001
 
 # (request frames, what HA reads until, the error code the server gives)
 REFUSALS = {
-    "tts-empty": ([synthesize("")], TTS, "empty-text"),
-    "tts-blank": ([synthesize(" \n\t ")], TTS, "empty-text"),
-    "tts-too-long": ([synthesize("Hello. " * 600)], TTS, "text-too-long"),
-    "tts-nul": ([synthesize("a\0b")], TTS, "bad-request"),
-    "tts-not-text": ([synthesize(42)], TTS, "bad-request"),
-    "tts-surrogate": ([surrogate("synthesize")], TTS, "bad-request"),
-    "stream-too-long": (stream("Hello. " * 300, "Again. " * 300), STREAM, "text-too-long"),
-    "stream-stop-alone": ([encode("synthesize-stop", {}, None)], STREAM, "bad-request"),
-    "turn-empty": ([turn("")], TURN, "empty-text"),
-    "turn-blank": ([turn("   ")], TURN, "empty-text"),
-    "turn-too-long": ([turn(TOO_LONG)], TURN, "text-too-long"),
-    "turn-nul": ([turn("hi\0")], TURN, "bad-request"),
-    "turn-not-text": ([turn(["a list"])], TURN, "bad-request"),
-    "turn-surrogate": ([surrogate("transcript")], TURN, "bad-request"),
-    "turn-big-context": ([turn("hi", {"x": TOO_LONG})], TURN, "text-too-long"),
-    "stt-empty-audio": (transcription(), STT, "empty-audio"),
-    "stt-too-long": (transcription(*[PCM_SECOND] * 61), STT, "audio-too-long"),
+    "tts-empty": ([synthesize("")], TTS, ErrorCode.EMPTY_TEXT),
+    "tts-blank": ([synthesize(" \n\t ")], TTS, ErrorCode.EMPTY_TEXT),
+    "tts-too-long": ([synthesize("Hello. " * 600)], TTS, ErrorCode.TEXT_TOO_LONG),
+    "tts-nul": ([synthesize("a\0b")], TTS, ErrorCode.BAD_REQUEST),
+    "tts-not-text": ([synthesize(42)], TTS, ErrorCode.BAD_REQUEST),
+    "tts-surrogate": ([surrogate("synthesize")], TTS, ErrorCode.BAD_REQUEST),
+    "stream-too-long": (stream("Hello. " * 300, "Again. " * 300), STREAM, ErrorCode.TEXT_TOO_LONG),
+    "stream-stop-alone": ([encode("synthesize-stop", {}, None)], STREAM, ErrorCode.BAD_REQUEST),
+    "turn-empty": ([turn("")], TURN, ErrorCode.EMPTY_TEXT),
+    "turn-blank": ([turn("   ")], TURN, ErrorCode.EMPTY_TEXT),
+    "turn-too-long": ([turn(TOO_LONG)], TURN, ErrorCode.TEXT_TOO_LONG),
+    "turn-nul": ([turn("hi\0")], TURN, ErrorCode.BAD_REQUEST),
+    "turn-not-text": ([turn(["a list"])], TURN, ErrorCode.BAD_REQUEST),
+    "turn-surrogate": ([surrogate("transcript")], TURN, ErrorCode.BAD_REQUEST),
+    "turn-big-context": ([turn("hi", {"x": TOO_LONG})], TURN, ErrorCode.TEXT_TOO_LONG),
+    "stt-empty-audio": (transcription(), STT, ErrorCode.EMPTY_AUDIO),
+    "stt-too-long": (transcription(*[PCM_SECOND] * 61), STT, ErrorCode.AUDIO_TOO_LONG),
     "stt-bad-format": (
         transcription(PCM_SECOND, fmt={**AUDIO, "width": 3}),
         STT,
-        "bad-audio-format",
+        ErrorCode.BAD_AUDIO_FORMAT,
     ),
     "stt-chunk-first": (
         [encode("audio-chunk", AUDIO, PCM_SECOND), encode("audio-stop", {}, None)],
         STT,
-        "bad-audio-format",
+        ErrorCode.BAD_AUDIO_FORMAT,
     ),
-    "stt-stop-alone": ([encode("audio-stop", {}, None)], STT, "empty-audio"),
+    "stt-stop-alone": ([encode("audio-stop", {}, None)], STT, ErrorCode.EMPTY_AUDIO),
 }
 
 
@@ -190,7 +192,7 @@ async def test_busy_releases_with_eof(tiny_port: int) -> None:
     try:
         seconds, replies, released_by = await ha_reads(tiny_port, [synthesize("")], TTS)
         assert released_by == "eof" and seconds < RELEASE_S
-        assert replies[0].data["code"] == "busy"
+        assert replies[0].data["code"] == ErrorCode.BUSY
     finally:
         for writer in held:
             writer.close()
@@ -222,7 +224,7 @@ async def test_a_stream_restart_does_not_reset_its_limit(short_text_port: int) -
     finally:
         writer.close()
     codes = [e.data["code"] for e in replies if e.type == "error"]
-    assert codes == ["bad-request", "text-too-long"], codes
+    assert codes == [ErrorCode.BAD_REQUEST, ErrorCode.TEXT_TOO_LONG], codes
     assert [e.type for e in replies].count("audio-stop") <= 8  # the first chunk's sentences
 
 

@@ -1,4 +1,4 @@
-"""Idle, pinging and slow clients never lock a real one out (server/connections.py).
+"""Idle, pinging and slow clients never lock a real one out (server/slots.py).
 
 A small server (4 slots, 2 per address, short timeouts) against clients that hold slots
 the ways a hostile LAN neighbour would; the real client is served every time. Other source
@@ -18,6 +18,8 @@ import pytest
 from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.info import Describe
 from wyoming.ping import Ping
+
+from wyoming_pivoice.server.errors import ErrorCode
 
 from .helpers import (
     PCM_SECOND,
@@ -96,8 +98,8 @@ async def test_idle_connections_are_evicted_for_a_real_client(slots_port: int) -
         assert all(served(r) for r in results)
         codes = [await read_until_closed(reader, 10) for reader, _w in idle]
         # Told why, then closed: evicted for a newcomer, or at the idle timeout.
-        assert all(c in (["evicted"], ["idle"]) for c in codes), codes
-        assert codes.count(["evicted"]) >= SLOTS, codes
+        assert all(c in ([ErrorCode.EVICTED], [ErrorCode.IDLE]) for c in codes), codes
+        assert codes.count([ErrorCode.EVICTED]) >= SLOTS, codes
     finally:
         for _reader, writer in idle:
             writer.close()
@@ -136,10 +138,10 @@ async def test_pings_do_not_buy_a_slot(slots_port: int) -> None:
     replies = await real_request(slots_port, "127.0.0.4")
     assert served(replies)
     ended = await asyncio.gather(*pingers)
-    assert any(codes == ["evicted"] for codes, _s in ended), ended
+    assert any(codes == [ErrorCode.EVICTED] for codes, _s in ended), ended
     for codes, seconds in ended:
-        assert codes in (["evicted"], ["idle"]), codes
-        assert codes == ["evicted"] or IDLE - 0.5 < seconds < IDLE + 5, seconds
+        assert codes in ([ErrorCode.EVICTED], [ErrorCode.IDLE]), codes
+        assert codes == [ErrorCode.EVICTED] or IDLE - 0.5 < seconds < IDLE + 5, seconds
 
 
 async def test_half_sent_frames_hold_no_slot(slots_port: int) -> None:
@@ -163,7 +165,7 @@ async def test_a_frame_sent_too_slowly_is_closed(slots_port: int) -> None:
         start = time.monotonic()
         writer.write(b'{"type": "synthesize", "data": {"text": "He')
         codes = await read_until_closed(reader, FRAME + 20)
-        assert codes == ["timeout"] and time.monotonic() - start < FRAME + 5
+        assert codes == [ErrorCode.TIMEOUT] and time.monotonic() - start < FRAME + 5
     finally:
         writer.close()
 
@@ -178,7 +180,7 @@ async def test_a_request_left_unfinished_is_closed(slots_port: int) -> None:
         writer.write(encode("audio-chunk", {"rate": 16000, "width": 2, "channels": 1},
                             PCM_SECOND))  # fmt: skip
         codes = await read_until_closed(reader, REQUEST + 20)
-        assert codes == ["timeout"] and time.monotonic() - start < REQUEST + 5
+        assert codes == [ErrorCode.TIMEOUT] and time.monotonic() - start < REQUEST + 5
     finally:
         writer.close()
 
@@ -193,7 +195,7 @@ async def test_one_address_cannot_take_every_slot(slots_port: int) -> None:
         start = time.monotonic()
         codes = await read_until_closed(reader, 10)
         writer.close()
-        assert codes == ["busy"] and time.monotonic() - start < RELEASE_S
+        assert codes == [ErrorCode.BUSY] and time.monotonic() - start < RELEASE_S
         assert served(await real_request(slots_port, "127.0.0.3"))
     finally:
         for writer in held:
@@ -215,7 +217,7 @@ async def test_refused_newcomer_is_released_in_time(slots_port: int) -> None:
     held = [await hold_busy_from(slots_port, f"127.0.0.{2 + i % 2}") for i in range(SLOTS)]
     try:
         seconds, replies, how = await ha_reads(slots_port, [synthesize("Hi.")], TTS)
-        assert how == "eof" and seconds < RELEASE_S and replies[0].data["code"] == "busy"
+        assert how == "eof" and seconds < RELEASE_S and replies[0].data["code"] == ErrorCode.BUSY
     finally:
         for writer in held:
             writer.close()

@@ -27,7 +27,7 @@ from ..text import split_all
 from .report import ms
 
 _LINE = re.compile(
-    r"^(?P<when>\d+\.\d+) \w+ wyoming_pivoice\.server\.handler: "
+    r"^(?P<when>\d+\.\d+) \w+ wyoming_pivoice\.server\.\w+: "
     r"(?:Transcribed [0-9.]+ s of audio in (?P<asr>[0-9.]+) s"
     r"|Answered in (?P<llm>[0-9.]+) s \(first token (?P<ttft>[0-9.]+) s\)"
     r"|Spoke [0-9.]+ s of audio in (?P<tts_all>[0-9.]+) s \(first audio (?P<tts>[0-9.]+) s\))",

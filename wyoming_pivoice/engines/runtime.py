@@ -12,8 +12,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Generic, TypeVar
+from collections.abc import AsyncGenerator, Callable, Iterator
+from typing import Generic, TypeVar, cast
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -66,7 +66,9 @@ class ModelSlot(Generic[T]):
                 await asyncio.wait([future])
                 raise
 
-    async def stream(self, fn: Callable[[T, threading.Event], Iterator[R]]) -> AsyncIterator[R]:
+    async def stream(
+        self, fn: Callable[[T, threading.Event], Iterator[R]]
+    ) -> AsyncGenerator[R, None]:
         """Iterate fn(model, cancel) in a worker thread, holding the model while it runs.
 
         The model is free again as soon as the worker thread is done, not when the
@@ -87,7 +89,7 @@ class ModelSlot(Generic[T]):
 async def iterate_in_thread(
     factory: Callable[[threading.Event], Iterator[R]],
     on_done: Callable[[], None] | None = None,
-) -> AsyncIterator[R]:
+) -> AsyncGenerator[R, None]:
     """Drive a blocking iterator in a worker thread and yield its items on the loop.
 
     `on_done` runs on the loop once the thread has finished, whether or not every item
@@ -118,7 +120,7 @@ async def iterate_in_thread(
                 break
             if isinstance(item, _Failure):
                 raise item.error
-            yield item  # type: ignore[misc]
+            yield cast(R, item)  # neither _DONE nor a _Failure: the worker's item
     finally:
         cancel.set()
         # The thread cannot be stopped; wait until it has let go of its model.

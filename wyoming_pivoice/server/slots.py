@@ -37,8 +37,6 @@ class ConnectionTable:
         self.max_clients = max_clients
         self.max_per_host = max_per_host
         self._slots: list[Slot] = []
-        self.evicted = 0
-        self.refused = 0
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -47,10 +45,8 @@ class ConnectionTable:
         """Give `slot` a place, evicting an idle connection if a limit is reached."""
         same_host = [s for s in self._slots if s.host == slot.host]
         if len(same_host) >= self.max_per_host and not self._evict_one(same_host):
-            self.refused += 1
             return False
         if len(self._slots) >= self.max_clients and not self._evict_one(self._slots):
-            self.refused += 1
             return False
         self._slots.append(slot)
         return True
@@ -65,7 +61,6 @@ class ConnectionTable:
             return False
         victim = min(idle, key=lambda s: s.last_request)
         self.release(victim)
-        self.evicted += 1
         _LOGGER.info(
             "Evicting a connection from %s idle for %.1f s to make room",
             victim.host,

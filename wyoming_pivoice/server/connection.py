@@ -1,0 +1,380 @@
+"""One client connection: its lifecycle, deadlines, slot, and the ordered answers to it.
+
+The reader loop only validates events and queues work (`handle_event`, handler.py); a
+per-connection worker runs the queued requests in order (so replies keep the order of
+requests) while the reader keeps watching the socket, so a client that vanishes cancels its
+own work at once and frees the model for everybody else. A client that stops reading holds
+only its own connection, never a model, and is dropped after `limits.write_timeout`.
+
+Every request gets the answer its client waits for, whatever happens: a refused or failed
+one gets `error` and then the in-band end Home Assistant reads (errors.py). Refusals are
+queued like requests, so they keep the order of replies. A frame we cannot read, a slot
+refused, an idle or too slow client, an eviction: `error`, then close. The limits are
+listed in limits.py; connection slots in slots.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
+
+from wyoming.error import Error
+from wyoming.event import Event, async_read_event, async_write_event
+from wyoming.server import AsyncEventHandler
+
+from .errors import Closing, ErrorCode, Owed, RequestError, ending
+from .limits import BoundedReader
+from .services import Services
+from .slots import Slot
+
+_LOGGER = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Events that are not requests: answered, but they keep no connection alive (slots.py).
+_NOT_REQUESTS = {"ping", "describe"}
+# Runs of events whose start we must remember to end a failed request cleanly.
+_RUNS = {"audio", "transcript", "handled"}
+
+Write = Callable[[Event], Awaitable[None]]
+
+
+@dataclass
+class _Job:
+    owed: Owed  # what its client waits for if it fails
+    run: Callable[[], Awaitable[None]]
+    request: bool = True  # counts against `max_pending` (refusal answers do not)
+
+
+class Queue:
+    """A connection's requests, run one at a time in the order they came.
+
+    `put` refuses a request over `max_pending` (`force`: the end a streaming client waits
+    for, never refused).
+    """
+
+    def __init__(self, max_pending: int) -> None:
+        self.max_pending = max_pending
+        self.jobs: asyncio.Queue[_Job] = asyncio.Queue()
+        self.pending = 0  # requests queued or running (refusal answers excluded)
+        self.running = False  # the worker is on a job
+
+    def put(self, owed: Owed, run: Callable[[], Awaitable[None]], force: bool = False) -> None:
+        if self.pending >= self.max_pending and not force:
+            raise RequestError(
+                f"too many pending requests (limit {self.max_pending})", ErrorCode.OVERLOADED
+            )
+        self.pending += 1
+        self.jobs.put_nowait(_Job(owed, run))
+
+    def answer(self, run: Callable[[], Awaitable[None]], owed: Owed = Owed.NOTHING) -> None:
+        """Queue an answer that is not a request (a refusal, a reply owed after the rest)."""
+        self.jobs.put_nowait(_Job(owed, run, request=False))
+
+    @property
+    def idle(self) -> bool:
+        return self.pending == 0 and not self.running and self.jobs.empty()
+
+
+class Connection(AsyncEventHandler):
+    """The lifecycle of one connection; `handle_event` and `receiving` say what its events
+    mean (handler.py)."""
+
+    def __init__(
+        self,
+        services: Services,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        super().__init__(reader, writer)
+        self.services = services
+        self.limits = services.settings.limits
+        self.bounded = BoundedReader(
+            reader, self.limits.max_frame_bytes, self.limits.max_data_bytes
+        )
+        self.peer = writer.get_extra_info("peername")
+        self.host = str(self.peer[0]) if isinstance(self.peer, tuple) and self.peer else "local"
+        self.slot = Slot(self.host, busy=self._busy, evict=self._evict)
+        self.queue = Queue(self.limits.max_pending)
+        self._worker: asyncio.Task[None] | None = None
+        self._request_deadline: float | None = None  # a request being received must end by then
+        self._open_runs: set[str] = set()  # audio/transcript/handled runs started, not stopped
+        self._refused = False  # closing on a frame or client we refused
+        self._evicted = asyncio.Event()
+
+    # ---- what the events mean (handler.py) ------------------------------------------------
+
+    def receiving(self) -> bool:
+        """A request is being received (its first event in, its last not yet)."""
+        return False
+
+    def owed_by(self, event_type: str) -> Owed:
+        """What a refused event of this type owes its client (unless its error says)."""
+        return Owed.NOTHING
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Read events until the client leaves; answer bad frames with an error, then close."""
+        services = self.services
+        services.clients += 1
+        try:
+            if not services.connections.admit(self.slot):
+                self._refused = True
+                await self._error(
+                    f"server busy: all {len(services.connections)} connections have a "
+                    "request in flight",
+                    ErrorCode.BUSY,
+                )
+                return
+            self._worker = asyncio.create_task(self._work(), name=f"pivoice worker {self.peer}")
+            while await self._read_one():
+                pass
+            # The client finished sending; let queued replies go out before closing.
+            if not self._worker.done():
+                await self.queue.jobs.put(_STOP)
+                with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                    await self._worker
+        finally:
+            services.connections.release(self.slot)
+            if self._worker is not None:
+                self._worker.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._worker  # also collects a worker that died of a lost client
+            if self._refused and services.clients <= 2 * self.limits.max_clients:
+                await self._linger()
+            services.clients -= 1
+            self.writer.close()
+
+    async def _linger(self, seconds: float = 1.0, max_bytes: int = 1 << 20) -> None:
+        """Before closing on a refusal, let the client's unread bytes in and drop them.
+
+        Closing with unread input makes the kernel reset the connection, and a reset can
+        destroy our `error` event before the client has read it.
+        """
+
+        async def discard() -> None:
+            received = 0
+            while received < max_bytes:
+                data = await self.reader.read(65536)
+                if not data:
+                    return
+                received += len(data)
+
+        with contextlib.suppress(Exception):
+            self.writer.write_eof()
+            await asyncio.wait_for(discard(), seconds)
+
+    def _busy(self) -> bool:
+        """A request in flight: being received, queued, running or its replies going out."""
+        return not self.queue.idle or self.receiving()
+
+    def _evict(self) -> None:
+        """Close this idle connection to make room for another (slots.py)."""
+        self._evicted.set()
+
+    # ---- reading, with its deadlines ------------------------------------------------------
+
+    async def _until_evicted(self, waiting: Awaitable[T], timeout: float) -> T:
+        """`waiting`, unless the connection is evicted first (Closing) or `timeout` passes."""
+        task = asyncio.ensure_future(waiting)
+        evicted = asyncio.ensure_future(self._evicted.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {task, evicted}, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            evicted.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        if self._evicted.is_set():
+            raise Closing("closed to make room for another client", ErrorCode.EVICTED)
+        raise asyncio.TimeoutError
+
+    async def _wait_for_frame(self) -> bool:
+        """Wait for the next frame to begin (False: the client has gone).
+
+        Raises Closing when the client was idle too long, or left a request unfinished
+        for too long. A client whose replies are still going out is not idle.
+        """
+        while True:
+            if self._request_deadline is not None:
+                deadline = self._request_deadline
+            else:
+                deadline = self.slot.last_request + self.limits.idle_timeout
+            try:
+                return await self._until_evicted(
+                    self.bounded.wait_for_frame(), deadline - time.monotonic()
+                )
+            except asyncio.TimeoutError:
+                if self._request_deadline is not None:
+                    raise Closing(
+                        f"request not complete within {self.limits.request_timeout:.0f} s",
+                        ErrorCode.TIMEOUT,
+                    ) from None
+                if self._busy():
+                    self.slot.touch()
+                    continue
+                _LOGGER.info("%s idle for %.0f s, closing", self.peer, self.limits.idle_timeout)
+                raise Closing("idle timeout", ErrorCode.IDLE) from None
+
+    async def _read_event(self) -> Event | None:
+        """The next event; None when the connection ends (after `error` if we close it)."""
+        try:
+            if not await self._wait_for_frame():
+                return None
+            event = await self._until_evicted(
+                async_read_event(self.bounded),  # type: ignore[arg-type]
+                self.limits.frame_timeout,
+            )
+        except Closing as err:
+            await self._close_with(str(err), err.code)
+            return None
+        except asyncio.TimeoutError:
+            _LOGGER.info("%s sent a partial frame for %.0f s", self.peer, self.limits.frame_timeout)
+            await self._close_with(
+                f"frame not complete within {self.limits.frame_timeout:.0f} s", ErrorCode.TIMEOUT
+            )
+            return None
+        except (asyncio.IncompleteReadError, ConnectionError):
+            _LOGGER.info("%s vanished mid-frame", self.peer)
+            return None
+        except Exception as err:
+            # A frame whose JSON parsed but is not an event (a list, no "type", a length
+            # that is not a number), or JSON nested too deep to parse.
+            await self._close_with(f"malformed frame: {err!r}", ErrorCode.MALFORMED)
+            return None
+        if event is None:
+            if self.bounded.violation:
+                await self._close_with(self.bounded.violation, ErrorCode.FRAME_TOO_LARGE)
+            elif self.bounded.got_line:  # bytes that are not an event (not a clean end)
+                await self._close_with("malformed frame: not a JSON event", ErrorCode.MALFORMED)
+        return event
+
+    async def _read_one(self) -> bool:
+        """Read and dispatch one event; False ends the connection."""
+        event = await self._read_event()
+        if event is None:
+            return False
+        if self._worker is not None and self._worker.done():
+            return False  # the worker died (client gone while writing)
+        event_type = event.type if isinstance(event.type, str) else ""
+        if event_type not in _NOT_REQUESTS:
+            self.slot.touch()
+
+        try:
+            return await self.handle_event(event)
+        except RequestError as err:
+            owed = err.owed or self.owed_by(event_type)
+            _LOGGER.info("%s: refused %s: %s (%s)", self.peer, event_type, err.code, err)
+            if self.queue.jobs.qsize() >= 2 * self.limits.max_pending:
+                # Refusals piling up faster than the client reads their answers.
+                await self._close_with(
+                    "too many refused requests waiting to be answered", ErrorCode.OVERLOADED
+                )
+                return False
+            self.queue.answer(partial(self._answer, err, owed), owed)
+            return True
+        except Closing as err:
+            await self._close_with(str(err), err.code)
+            return False
+        except ConnectionError:
+            return False  # gone while we answered it (or dropped for not reading)
+        finally:
+            self._track_request()
+
+    def _track_request(self) -> None:
+        """A request being received must end within `request_timeout` of its first event."""
+        if not self.receiving():
+            self._request_deadline = None
+        elif self._request_deadline is None:
+            self._request_deadline = time.monotonic() + self.limits.request_timeout
+
+    # ---- answering ------------------------------------------------------------------------
+
+    async def reply(self, event: Event) -> None:
+        """Answer at once if nothing is owed before it; else in its place after the rest."""
+        if self.queue.jobs.empty() and not self.queue.running:
+            await self.write_event(event)
+            return
+        if self.queue.jobs.qsize() >= 2 * self.limits.max_pending:
+            raise Closing("too many requests waiting to be answered", ErrorCode.OVERLOADED)
+        self.queue.answer(partial(self.write_event, event))
+
+    async def _work(self) -> None:
+        queue = self.queue
+        while True:
+            job = await queue.jobs.get()
+            if job is _STOP:
+                return
+            queue.running = True
+            try:
+                await job.run()
+            except (ConnectionError, asyncio.CancelledError):
+                raise
+            except Exception as err:
+                await self.report(err, job.owed)
+            finally:
+                queue.running = False
+                if job.request:
+                    queue.pending -= 1
+                self.slot.touch()  # the idle clock starts when the replies are out
+
+    async def report(self, err: Exception, owed: Owed) -> None:
+        """A failed request's `error` event and the end its client waits for."""
+        if not isinstance(err, RequestError):
+            _LOGGER.error("%s: request failed", self.peer, exc_info=err)
+            err = RequestError(f"internal error: {err}", ErrorCode.INTERNAL)
+        await self._answer(err, owed)
+
+    async def _answer(self, err: RequestError, owed: Owed) -> None:
+        await self._error(str(err), err.code)
+        rate = self.services.description.voice.sample_rate
+        for event in ending(owed, err.code, self._open_runs, rate):
+            await self.write_event(event)
+
+    async def write_event(self, event: Event) -> None:
+        """Write one event; a client that reads nothing for `write_timeout` is dropped.
+
+        Without the bound, `drain()` waits forever on a client that stopped reading.
+        """
+        run, _, part = event.type.partition("-")
+        if run in _RUNS and part == "start":
+            self._open_runs.add(run)
+        elif run in _RUNS and part == "stop":
+            self._open_runs.discard(run)
+        try:
+            await asyncio.wait_for(
+                async_write_event(event, self.writer), timeout=self.limits.write_timeout
+            )
+        except asyncio.TimeoutError:
+            _LOGGER.warning(
+                "%s read nothing for %.0f s, dropping it", self.peer, self.limits.write_timeout
+            )
+            self.writer.transport.abort()  # frees the unsent buffer; the reader sees EOF
+            raise ConnectionResetError("client stopped reading") from None
+
+    async def _close_with(self, text: str, code: ErrorCode) -> None:
+        """`error`, then close (after lingering: a client still sending gets to read why)."""
+        self._refused = True
+        await self._error(text, code)
+
+    async def _error(self, text: str, code: ErrorCode) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.write_event(Error(text=text, code=code.value).event())
+
+
+async def _stop_marker() -> None:
+    """Queued last when the client has finished sending."""
+
+
+_STOP = _Job(Owed.NOTHING, _stop_marker, request=False)

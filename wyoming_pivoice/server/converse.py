@@ -1,0 +1,74 @@
+"""Conversation: `transcript` → `handled-start`, a `handled-chunk` per piece, `handled`,
+`handled-stop`.
+
+Home Assistant reads only the final `handled`; streaming clients (our satellite) speak the
+chunks as they come. History is kept per client address and conversation id
+(conversation.py); a repeated `turn_id` replaces that turn (a satellite's speculative run
+that more speech made void).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop
+
+from .connection import Queue, Write
+from .errors import ErrorCode, Owed, RequestError
+from .limits import Limits
+from .services import Services
+from .validate import context, context_str, text_field
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class Conversations:
+    """One connection's turns, answered for its client's address."""
+
+    def __init__(
+        self, services: Services, limits: Limits, queue: Queue, write: Write, host: str
+    ) -> None:
+        self.services = services
+        self.limits = limits
+        self.queue = queue
+        self.write = write
+        self.host = host
+
+    def transcript(self, data: dict[str, Any]) -> None:
+        text = text_field(data, "text", self.limits.max_text_chars)
+        turn_context = context(data, self.limits.max_text_chars)
+        self.queue.put(Owed.TURN, lambda: self._answer(text, turn_context))
+
+    async def _answer(self, text: str, turn_context: dict[str, Any] | None) -> None:
+        text = text.strip()
+        if not text:
+            raise RequestError("empty text: nothing to answer", ErrorCode.EMPTY_TEXT)
+        turn_id = context_str(turn_context, "turn_id")
+        store = self.services.conversations
+        key = store.key(self.host, context_str(turn_context, "conversation_id"))
+        earlier = store.earlier(key, turn_id)
+        start = time.monotonic()
+        first: float | None = None
+        await self.write(HandledStart(context=turn_context).event())
+        pieces: list[str] = []
+        output = self.services.answer(self.host, earlier, text, began=start)
+        async with contextlib.aclosing(output):
+            async for piece in output:
+                if first is None:
+                    first = time.monotonic() - start
+                pieces.append(piece)
+                await self.write(HandledChunk(text=piece).event())
+        reply = "".join(pieces).strip()
+        store.record(key, text, reply, turn_id)
+        await self.write(Handled(text=reply, context=turn_context).event())
+        await self.write(HandledStop().event())
+        _LOGGER.info(
+            "Answered in %.3f s (first token %.3f s, %d characters)",
+            time.monotonic() - start,
+            first or 0.0,
+            len(reply),
+        )
+        _LOGGER.debug("Turn %r answered %r", text, reply)

@@ -1,0 +1,119 @@
+"""What the server refuses, with which code, and the answer each refusal still owes.
+
+Home Assistant ignores `error`: STT reads until `transcript`, TTS until `audio-stop`, a
+stream until `synthesize-stopped`, a conversation until `handled`/`not-handled`. So every
+refused or failed request gets `error` (for clients that read it) and then the in-band end
+its client waits for (`ending`). A connection we will not read on gets `error` and is
+closed (`Closing`): EOF releases every client. The limits behind the codes: limits.py.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from wyoming.asr import Transcript, TranscriptStop
+from wyoming.audio import AudioStart, AudioStop
+from wyoming.event import Event
+from wyoming.handle import HandledStop, NotHandled
+from wyoming.tts import SynthesizeStopped
+
+
+class ErrorCode(str, Enum):
+    """The `code` of the server's `error` events (a str: it goes on the wire as is)."""
+
+    # A request refused; the connection stays.
+    BAD_REQUEST = "bad-request"  # a field of the wrong type, a NUL, text that is not UTF-8
+    TEXT_TOO_LONG = "text-too-long"
+    EMPTY_TEXT = "empty-text"
+    AUDIO_TOO_LONG = "audio-too-long"
+    BAD_AUDIO_FORMAT = "bad-audio-format"
+    EMPTY_AUDIO = "empty-audio"
+    UNKNOWN_SPEAKER = "unknown-speaker"
+    OVERLOADED = "overloaded"  # too many requests (or queued audio) on one connection
+    INTERNAL = "internal"  # a model failed
+    # The connection is closed.
+    MALFORMED = "malformed"
+    FRAME_TOO_LARGE = "frame-too-large"
+    TIMEOUT = "timeout"
+    IDLE = "idle"
+    BUSY = "busy"
+    EVICTED = "evicted"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# The codes that always close the connection (`overloaded` closes one too when refusals
+# pile up faster than its client reads them; otherwise it refuses one request).
+CLOSING = frozenset(
+    {
+        ErrorCode.MALFORMED,
+        ErrorCode.FRAME_TOO_LARGE,
+        ErrorCode.TIMEOUT,
+        ErrorCode.IDLE,
+        ErrorCode.BUSY,
+        ErrorCode.EVICTED,
+    }
+)
+
+
+class Owed(Enum):
+    """What a refused or failed request's client waits for."""
+
+    TRANSCRIPT = "transcript"  # an empty `transcript`
+    AUDIO = "audio"  # an (empty) audio run closed with `audio-stop`
+    SENTENCE = "sentence"  # one sentence of a stream: its audio run closed; the stream goes on
+    STREAM_END = "stream-end"  # `synthesize-stopped`
+    TURN = "turn"  # `not-handled` with a short text
+    NOTHING = "nothing"  # owes no answer of its own (its stream's end comes later)
+
+
+class RequestError(Exception):
+    """A request we refuse: `code` goes into `error`; `owed` (if given) overrides what the
+    request's event type owes."""
+
+    def __init__(
+        self, text: str, code: ErrorCode = ErrorCode.BAD_REQUEST, owed: Owed | None = None
+    ) -> None:
+        super().__init__(text)
+        self.code = code
+        self.owed = owed
+
+
+class Closing(Exception):
+    """The connection ends: `error` with this text and code, then close."""
+
+    def __init__(self, text: str, code: ErrorCode) -> None:
+        super().__init__(text)
+        self.code = code
+
+
+# The `not-handled` text, which Home Assistant may speak: short, and free of the request's text.
+_SORRY = {
+    ErrorCode.TEXT_TOO_LONG: "Sorry, that was too long for me.",
+    ErrorCode.EMPTY_TEXT: "Sorry, I did not catch that.",
+}
+_SORRY_DEFAULT = "Sorry, I could not answer that."
+
+
+def ending(owed: Owed, code: ErrorCode, open_runs: set[str], sample_rate: int) -> list[Event]:
+    """What ends a refused or failed request for a client that ignores `error`.
+
+    `open_runs`: the audio/transcript/handled runs started on the connection and not yet
+    stopped; `sample_rate`: the voice's, for an empty audio run.
+    """
+    if owed is Owed.TRANSCRIPT:
+        events = [Transcript(text="").event()]
+        return [*events, TranscriptStop().event()] if "transcript" in open_runs else events
+    if owed is Owed.TURN:
+        events = [NotHandled(text=_SORRY.get(code, _SORRY_DEFAULT)).event()]
+        return [*events, HandledStop().event()] if "handled" in open_runs else events
+    if owed in (Owed.AUDIO, Owed.SENTENCE):
+        if "audio" in open_runs:
+            return [AudioStop().event()]
+        if owed is Owed.SENTENCE:
+            return []
+        return [AudioStart(rate=sample_rate, width=2, channels=1).event(), AudioStop().event()]
+    if owed is Owed.STREAM_END:
+        return [SynthesizeStopped().event()]
+    return []
