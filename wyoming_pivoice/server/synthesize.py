@@ -44,9 +44,8 @@ class _Stream:
 
     def __init__(self, speaker: str | None, max_chars: int) -> None:
         self.speaker = speaker
-        self.splitter = PhraseSplitter(
-            MIN_CLAUSE_CHARS
-        )  # a long first sentence starts speaking sooner
+        # Clause cuts too, so a long first sentence starts speaking sooner.
+        self.splitter = PhraseSplitter(MIN_CLAUSE_CHARS)
         self.text = ""  # what it accepted so far (to recognise the compatibility `synthesize`)
         self.max_chars = max_chars
         self.refused = False  # over the limit: the rest of the text is dropped
