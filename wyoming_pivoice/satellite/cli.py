@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any
 
-from ..settings import ZeroconfSettings
+from ..zeroconf import ZeroconfSettings
 from .settings import EchoSettings, MicSettings, SatelliteSettings, SndSettings, VadSettings
 
 _LOGGER = logging.getLogger(__name__)

@@ -52,7 +52,7 @@ from wyoming.vad import VoiceStarted, VoiceStopped
 from wyoming.wake import Detect, Detection
 
 from ..audio import AudioFormatError, check_format
-from ..server.limits import BoundedReader, Limits
+from ..framing import MAX_DATA_BYTES, MAX_FRAME_BYTES, BoundedReader
 from ..timing import TimingLog, TurnClock
 from ..zeroconf import Advertiser, default_name
 from . import state
@@ -75,7 +75,6 @@ OUTBOX_MAX = 512  # events HA has not taken yet (mic audio is 31 a second): past
 STEP_TIMEOUT = 2.0  # one speaker call (queue audio, stop)
 SHUTDOWN_STEP = 0.5  # each part of the shutdown
 CHUNK_MS = CHUNK_SAMPLES * 1000 // RATE
-LIMITS = Limits()  # the server's frame limits, for the same reasons
 
 _PROGRESS = {
     Transcribe.is_type: "transcribe",
@@ -108,7 +107,7 @@ class HaConnection(AsyncEventHandler):
         super().__init__(reader, writer)
         self.satellite = satellite
         self.peer = writer.get_extra_info("peername")
-        self.bounded = BoundedReader(reader, LIMITS.max_frame_bytes, LIMITS.max_data_bytes)
+        self.bounded = BoundedReader(reader, MAX_FRAME_BYTES, MAX_DATA_BYTES)
         self.opened = time.monotonic()
         self.last_ping: float | None = None
         self._outbox: asyncio.Queue[Event] = asyncio.Queue()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..settings import ZeroconfSettings
+from ..zeroconf import ZeroconfSettings
 
 DEFAULT_HA_PORT = 10700
 
