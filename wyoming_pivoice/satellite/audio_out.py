@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..audio import PcmFormat
 from .audio_in import find_device
 from .commands import end_command, start_command
+from .protocols import AudioSink
 
 if TYPE_CHECKING:
     from .settings import SndSettings
@@ -56,19 +57,6 @@ class Tap(Protocol):
 
     def cut(self, at: float) -> None:
         """Nothing handed over plays after monotonic time `at` (a stop)."""
-
-
-class AudioSink(Protocol):
-    first_sample_at: float | None
-    tap: Tap | None
-
-    async def play(self, pcm: bytes, rate: int, width: int, channels: int) -> None: ...
-
-    async def drain(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 class QueuedSink:

@@ -241,7 +241,6 @@ class Endpointer:
         self.hearing: Callable[[], Hearing] | None = None
         self._vad = vad
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="pivoice vad")
-        self.last_probability = 0.0
 
     @property
     def in_speech(self) -> bool:
@@ -271,13 +270,11 @@ class Endpointer:
             now = time.monotonic()
         loop = asyncio.get_running_loop()
         prob = await loop.run_in_executor(self._executor, self.probability, chunk)
-        self.last_probability = prob
         self.logic.hearing = self.hearing() if self.hearing is not None else Hearing.CLEAR
         return self.logic.process(prob, chunk, now)
 
     def feed_sync(self, chunk: bytes, now: float) -> list[EndpointEvent]:
         prob = self.probability(chunk)
-        self.last_probability = prob
         return self.logic.process(prob, chunk, now)
 
     def flush(self, now: float | None = None) -> list[EndpointEvent]:

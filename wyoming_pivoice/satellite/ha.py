@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import socket
 import time
 import wave
@@ -34,7 +33,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
-from urllib.parse import urlparse
 
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -44,23 +42,25 @@ from wyoming.info import Describe, Info
 from wyoming.ping import Ping, Pong
 from wyoming.pipeline import PipelineStage, RunPipeline
 from wyoming.satellite import PauseSatellite, RunSatellite
-from wyoming.server import AsyncEventHandler, AsyncServer, AsyncStdioServer, AsyncTcpServer
+from wyoming.server import AsyncEventHandler, AsyncServer, AsyncStdioServer
 from wyoming.snd import Played
 from wyoming.timer import TimerCancelled, TimerFinished, TimerStarted, TimerUpdated
 from wyoming.tts import Synthesize
 from wyoming.vad import VoiceStarted, VoiceStopped
 from wyoming.wake import Detect, Detection
 
+from .. import startup
 from ..audio import AudioFormatError, check_format
 from ..framing import MAX_DATA_BYTES, MAX_FRAME_BYTES, BoundedReader
 from ..timing import TimingLog, TurnClock
 from ..zeroconf import Advertiser, default_name
 from . import state
-from .audio_in import CHANNELS, CHUNK_BYTES, CHUNK_SAMPLES, RATE, WIDTH, AudioSource
-from .audio_out import AudioSink
+from .audio_in import CHANNELS, CHUNK_BYTES, RATE, WIDTH
 from .endpoint import Endpointer, EndpointKind
 from .ha_info import satellite_info
-from .settings import SatelliteSettings
+from .listener import Heard, Listener
+from .protocols import AudioSink, AudioSource, EndpointDetector, WakeDetector
+from .settings import DEFAULT_HA_PORT, SatelliteSettings
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -74,7 +74,6 @@ ACTIVE_IDLE_TIMEOUT = 300.0  # the driving connection, if it never pings (pings:
 OUTBOX_MAX = 512  # events HA has not taken yet (mic audio is 31 a second): past it HA is gone
 STEP_TIMEOUT = 2.0  # one speaker call (queue audio, stop)
 SHUTDOWN_STEP = 0.5  # each part of the shutdown
-CHUNK_MS = CHUNK_SAMPLES * 1000 // RATE
 
 _PROGRESS = {
     Transcribe.is_type: "transcribe",
@@ -133,9 +132,8 @@ class HaConnection(AsyncEventHandler):
         sat = self.satellite
         idle = ACTIVE_IDLE_TIMEOUT if sat.is_active(self) else IDLE_TIMEOUT
         try:
-            async with asyncio.timeout(idle):
-                event = await async_read_event(self.bounded)  # type: ignore[arg-type]
-        except TimeoutError:
+            event = await asyncio.wait_for(async_read_event(self.bounded), idle)  # type: ignore[arg-type]
+        except asyncio.TimeoutError:
             _LOGGER.info("Connection %s idle for %.0f s: closing it", self.peer, idle)
             await self.refuse("idle timeout", "idle")
             return False
@@ -181,9 +179,8 @@ class HaConnection(AsyncEventHandler):
         while True:
             event = await self._outbox.get()
             try:
-                async with asyncio.timeout(WRITE_TIMEOUT):
-                    await self.write_event(event)
-            except (ConnectionError, OSError, TimeoutError, RuntimeError) as err:
+                await asyncio.wait_for(self.write_event(event), WRITE_TIMEOUT)
+            except (ConnectionError, OSError, asyncio.TimeoutError, RuntimeError) as err:
                 self.satellite.send_failed(self, event, err)
                 return
 
@@ -307,8 +304,8 @@ class HaSatellite:
         settings: SatelliteSettings,
         source: AudioSource,
         sink: AudioSink,
-        endpointer: Endpointer,
-        wake: Any | None = None,  # wake.WakeWord: name, phrase, async_detect, async_reset
+        endpointer: EndpointDetector,
+        wake: WakeDetector | None = None,
         timeouts: state.Timeouts | None = None,
         remote_wake: bool | None = None,
     ) -> None:
@@ -317,6 +314,7 @@ class HaSatellite:
         self.sink = sink
         self.endpointer = endpointer
         self.wake = wake
+        self.listener = Listener(source, endpointer, wake)
         if remote_wake is None:  # --remote-wake: stream to HA and let it find the wake word
             remote_wake = settings.remote_wake
         self.remote_wake = remote_wake
@@ -340,7 +338,7 @@ class HaSatellite:
             settings.area,
             self.remote_wake,
             self.wake_name,
-            getattr(wake, "phrase", None),
+            wake.phrase if wake is not None else None,
         )
         self.timing = TimingLog(settings.timing_log)
         self._active: HaConnection | None = None
@@ -582,57 +580,40 @@ class HaSatellite:
             _LOGGER.debug("Ignoring event %s", kind)
         self._finish_turn()
 
-    # ---- the microphone ----------------------------------------------------------------------
+    # ---- the microphone: the shared listener, gated by the machine ----------------------
+
+    def wants_speech(self, now: float) -> bool:
+        """The endpointer runs while a local run may start or is streaming, not over a reply."""
+        m = self.machine
+        if self.remote_wake or m.playback is not state.Playback.IDLE:
+            return False
+        listening = m.phase is state.Phase.LISTENING and self.wake is None
+        return listening or (m.streaming and m.stage == "asr")
+
+    def wants_wake(self, now: float) -> bool:
+        return self.machine.accepts_trigger
 
     async def _mic_loop(self) -> None:
-        """Capture starts when HA first says run-satellite and goes on for good.
-
-        Audio is read all the time (a live device must not back up) but only examined
-        while a run may start or is streaming.
-        """
+        """Capture starts when HA first says run-satellite and goes on for good."""
         await self._mic_wanted.wait()
         try:
-            await self.source.open()
-        except Exception as err:
+            await self.listener.run(self, self._heard)
+        except Exception as err:  # reads are retried and chunks contained: this is the open
             _LOGGER.error("Cannot open the microphone: %s", err)
             self.stop(1)
             return
-        while True:
-            try:
-                chunk = await self.source.read()
-            except Exception as err:  # sources retry by themselves; this is a last resort
-                _LOGGER.warning("Microphone read failed: %s", err)
-                await asyncio.sleep(1.0)
-                continue
-            now = time.monotonic()
-            if chunk is None:
-                _LOGGER.info("Microphone ended: finishing the turn in flight")
-                self._apply(self.machine.mic_ended(now))
-                return
-            try:
-                await self._on_mic_chunk(chunk, now)
-            except Exception:  # a VAD or wake word failure costs this chunk, not the mic
-                _LOGGER.exception("Could not process a microphone chunk")
+        _LOGGER.info("Microphone ended: finishing the turn in flight")
+        self._apply(self.machine.mic_ended(time.monotonic()))
 
-    async def _on_mic_chunk(self, chunk: bytes, now: float) -> None:
-        m = self.machine
-        local = not self.remote_wake and m.playback is state.Playback.IDLE
-        examine = local and (
-            (m.phase is state.Phase.LISTENING and self.wake is None)
-            or (m.streaming and m.stage == "asr")
-        )
-        events = await self.endpointer.feed(chunk, now) if examine else []
-        fired = False
-        if self.wake is not None and m.accepts_trigger:
-            fired = await self.wake.async_detect(chunk)
-        # From here on nothing waits: the machine sees this chunk's inputs in one go.
+    async def _heard(self, heard: Heard) -> None:
+        """Nothing here waits: the machine sees this chunk's inputs in one go."""
+        m, now = self.machine, time.monotonic()
         if m.streaming:
-            self._send_mic(chunk)  # before the events: it belongs to this stream
-        if fired:
-            _LOGGER.info("Wake word %s detected", self.wake_name)
+            self._send_mic(heard.chunk)  # before the events: it belongs to this stream
+        if heard.wake:
             self._start_turn()
             self._apply(m.trigger(now, self.wake_name))
-        for ev in events:
+        for ev in heard.events:
             if ev.kind is EndpointKind.SPEECH_STARTED:
                 if self.wake is None and m.accepts_trigger:
                     self._prespeech = ev.audio  # pre-speech + speech so far, this chunk too
@@ -799,6 +780,7 @@ def _read_wav(path: str) -> tuple[bytes, int, int, int]:
 
 
 async def serve_ha_satellite(settings: SatelliteSettings) -> int:
+    """`wyoming-pivoice satellite --uri …`: runs until the microphone ends or a signal."""
     from .audio_in import open_source
     from .audio_out import open_sink
     from .echo import cancel_echo, open_canceller
@@ -833,46 +815,26 @@ async def serve_ha_satellite(settings: SatelliteSettings) -> int:
         _LOGGER.error("Cannot serve %s: %s", settings.uri, err)
         return 1
 
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, partial(_on_signal, satellite, sig))
+    startup.stop_on_signals(satellite.stop)
     advertiser: Advertiser | None = None
     try:
         # After listening: describe is answered meanwhile. A stop does not wait for it.
-        loading = asyncio.ensure_future(endpointer.load())
+        loading = asyncio.ensure_future(satellite.listener.load())
         stopping = asyncio.ensure_future(satellite.stopped())
         await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         if loading.done():
             loading.result()  # raises what the load raised
+            advertiser = await startup.advertise(
+                settings.zeroconf, server, settings.uri, "satellite", DEFAULT_HA_PORT
+            )
         else:
             loading.cancel()
-        if loading.done() and settings.zeroconf.enabled and isinstance(server, AsyncTcpServer):
-            port = urlparse(settings.uri).port or 10700
-            advertiser = Advertiser(
-                settings.zeroconf.name or default_name("satellite"),
-                port,
-                settings.zeroconf.host or server.host,
-            )
-            await advertiser.start()
     except Exception as err:
         _LOGGER.error("Cannot start the satellite: %s", err)
         satellite.stop(1)
     try:
         return await satellite.wait()
     finally:
-        if advertiser is not None:
-            with contextlib.suppress(Exception):
-                # Its goodbye packets are a courtesy: a stop does not wait long for them.
-                await asyncio.wait_for(advertiser.stop(), SHUTDOWN_STEP)
-
-
-def _on_signal(satellite: HaSatellite, sig: signal.Signals) -> None:
-    _LOGGER.info("Stopping on %s", sig.name)
-    satellite.stop()
-
-
-def run_ha_satellite(settings: SatelliteSettings) -> int:
-    """`wyoming-pivoice satellite --uri …`: runs until the microphone ends or a signal."""
-    return asyncio.run(serve_ha_satellite(settings))
+        # Its goodbye packets are a courtesy: a stop does not wait long for them.
+        await startup.withdraw(advertiser, SHUTDOWN_STEP)
