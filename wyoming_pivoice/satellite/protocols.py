@@ -1,8 +1,9 @@
 """The satellite's chain and the contract of each stage, in one place.
 
-    AudioSource ─► WakeDetector ─► EndpointDetector ─► events          (listener.Listener)
-    events ─► Transcriber ─► Responder ─► phrases ─► Synthesizer   (pipeline.TurnRun)
-    audio ─► AudioSink                                             (pipeline.Player)
+    AudioSource ─► WakeDetector ─► EndpointDetector ─► endpointing events
+    └──────────────── listener.Listener ──────────────┘
+    events ─► Transcriber ─► Responder ─► phrases ─► Synthesizer ─► audio ─► AudioSink
+              └─────────── pipeline.TurnRun ──────────────────────┘        pipeline.Player
 
 The listener is shared by both modes; in Home Assistant mode HA runs the middle of the chain
 (its pipeline) and the satellite keeps the two ends. Implementations: audio_in.py (mics),
