@@ -6,7 +6,6 @@ import argparse
 import logging
 import uuid
 
-from .. import startup
 from ..zeroconf import ZeroconfSettings
 from .settings import EchoSettings, MicSettings, SatelliteSettings, SndSettings, VadSettings
 
@@ -237,16 +236,24 @@ def settings_from_args(args: argparse.Namespace) -> SatelliteSettings:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import startup  # asyncio and the rest: not needed for --help
+
     settings = settings_from_args(args)
     if settings.uri:
-        from .ha import serve_ha_satellite  # the Home Assistant side, loaded only when used
-
-        return startup.run(lambda: serve_ha_satellite(settings), fast_exit=True)
+        return startup.run(lambda: _home_assistant(settings), fast_exit=True)
     if not settings.server:
         _LOGGER.error("satellite needs --server tcp://HOST:PORT (standalone) or --uri (for HA)")
         return 2
-
     return startup.run(lambda: _standalone(settings), fast_exit=True)
+
+
+# Each mode's modules load inside `startup.run`: a signal while they import ends quietly.
+
+
+async def _home_assistant(settings: SatelliteSettings) -> int:
+    from .ha import serve_ha_satellite
+
+    return await serve_ha_satellite(settings)
 
 
 async def _standalone(settings: SatelliteSettings) -> int:
