@@ -54,6 +54,7 @@ from .ha_info import satellite_info
 from .listener import Heard, Listener
 from .protocols import AudioSink, AudioSource, EndpointDetector, WakeDetector
 from .settings import DEFAULT_HA_PORT, SatelliteSettings
+from .wake import wake_key
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ class HaSatellite:
         if remote_wake is None:  # --remote-wake: stream to HA and let it find the wake word
             remote_wake = settings.remote_wake
         self.remote_wake = remote_wake
-        self.wake_name = _wake_key(wake.name) if wake is not None else None
+        self.wake_name = wake_key(wake.name) if wake is not None else None
         self.sound_paths = {
             name: path
             for name, path in (
@@ -539,10 +540,6 @@ class HaSatellite:
         if clock.stamps["playback_done"] is None:
             clock.fail(f"turn ended {self.machine.describe()} without a played reply")
         self.timing.write(clock)
-
-
-def _wake_key(name: str) -> str:
-    return name.strip().lower().replace(" ", "_").replace("-", "_")
 
 
 def _progress(kind: str) -> str | None:
