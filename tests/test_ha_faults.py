@@ -28,7 +28,7 @@ from wyoming.ping import Ping
 from wyoming.satellite import RunSatellite
 from wyoming.server import AsyncServer
 
-from wyoming_pivoice.satellite import ha as ha_module
+from wyoming_pivoice.satellite import ha_connection
 from wyoming_pivoice.satellite.audio_in import WavSource
 from wyoming_pivoice.satellite.audio_out import PRIMER_SECONDS, NullSink
 from wyoming_pivoice.satellite.endpoint import Endpointer
@@ -400,7 +400,7 @@ async def test_a_silent_connection_is_closed_at_its_idle_deadline(
 ) -> None:
     """In process, with the 30 s deadline shortened: a connection that says nothing gets
     `idle` and is closed; HA's connection, which pings, is not."""
-    monkeypatch.setattr(ha_module, "IDLE_TIMEOUT", 0.5)
+    monkeypatch.setattr(ha_connection, "IDLE_TIMEOUT", 0.5)
     port = free_port()
     uri = f"tcp://127.0.0.1:{port}"
     sat = HaSatellite(

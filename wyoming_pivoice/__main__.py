@@ -10,16 +10,18 @@ import time
 
 from . import __version__
 
-# Each subcommand lives with the code it drives and adds its own parser.
-_SUBCOMMANDS = (
-    "wyoming_pivoice.server.cli",
-    "wyoming_pivoice.satellite.cli",
-    "wyoming_pivoice.bench.cli",
-    "wyoming_pivoice.doctor.cli",
-)
+# Each subcommand lives with the code it drives and adds its own parser. Only the one
+# that runs is imported: a satellite must not load the server's engines to start.
+_SUBCOMMANDS = {
+    "server": "wyoming_pivoice.server.cli",
+    "satellite": "wyoming_pivoice.satellite.cli",
+    "bench": "wyoming_pivoice.bench.cli",
+    "doctor": "wyoming_pivoice.doctor.cli",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI, or (`command`) that subcommand's parser and bare names for the rest."""
     parser = argparse.ArgumentParser(
         prog="wyoming-pivoice", description="A fully local voice assistant for Home Assistant"
     )
@@ -33,15 +35,17 @@ def build_parser() -> argparse.ArgumentParser:
         "the satellite's turn stamps: the bench lines both up this way)",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module_name in _SUBCOMMANDS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as err:
-            if err.name != module_name:
-                raise
-            continue  # a subcommand not built yet
-        module.add_parser(subparsers)
+    for name, module_name in _SUBCOMMANDS.items():
+        if command in (None, name):
+            importlib.import_module(module_name).add_parser(subparsers)
+        else:
+            subparsers.add_parser(name)
     return parser
+
+
+def _command(argv: list[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is one), if any."""
+    return next((arg for arg in argv if arg in _SUBCOMMANDS), None)
 
 
 class MonotonicFormatter(logging.Formatter):
@@ -56,7 +60,9 @@ class MonotonicFormatter(logging.Formatter):
 
 
 def run(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    args = build_parser(_command(argv)).parse_args(argv)
     formatter = MonotonicFormatter if args.log_clock == "monotonic" else logging.Formatter
     handler = logging.StreamHandler()
     handler.setFormatter(formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

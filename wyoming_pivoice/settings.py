@@ -1,4 +1,7 @@
-"""Typed settings for each subcommand; argparse stops at the CLI."""
+"""Typed settings of `wyoming-pivoice server` (argparse stops at the CLI).
+
+The satellite's are in satellite/settings.py: they import no engine.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +12,9 @@ from .engines.llm import LlmSettings
 from .engines.remote_llm import RemoteLlmSettings
 from .engines.tts import TtsSettings
 from .server.limits import Limits
+from .zeroconf import ZeroconfSettings
 
 DEFAULT_SERVER_URI = "tcp://0.0.0.0:10800"
-
-
-@dataclass(frozen=True)
-class ZeroconfSettings:
-    enabled: bool = True
-    name: str | None = None  # default: derived from the host name
-    host: str | None = None  # address to advertise; default: detected
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,23 @@ from __future__ import annotations
 import logging
 import re
 import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import ifaddr
-from zeroconf import InterfaceChoice
-from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
+if TYPE_CHECKING:  # the library loads when something is advertised, not with the settings
+    from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
 _LOGGER = logging.getLogger(__name__)
 
 SERVICE_TYPE = "_wyoming._tcp.local."
 _MDNS_GROUP = "224.0.0.251"
+
+
+@dataclass(frozen=True)
+class ZeroconfSettings:
+    enabled: bool = True
+    name: str | None = None  # default: derived from the host name
+    host: str | None = None  # address to advertise; default: detected
 
 
 def default_name(role: str) -> str:
@@ -38,6 +46,8 @@ def detect_host() -> str:
     if address != "0.0.0.0":
         return address
     # No source address for the multicast route (e.g. a loopback-only host): take any interface.
+    import ifaddr
+
     addresses = [
         str(ip.ip)
         for adapter in ifaddr.get_adapters()
@@ -59,6 +69,9 @@ class Advertiser:
         self._info: AsyncServiceInfo | None = None
 
     async def start(self) -> None:
+        from zeroconf import InterfaceChoice
+        from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
+
         self._zeroconf = AsyncZeroconf(interfaces=InterfaceChoice.All)
         self._info = AsyncServiceInfo(
             SERVICE_TYPE,

@@ -17,7 +17,7 @@ import threading
 import wave
 from concurrent.futures import CancelledError
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from wyoming.audio import AudioFormat
@@ -25,6 +25,7 @@ from wyoming.audio import AudioFormat
 from ..audio import StreamingConverter, float_to_pcm16
 from ..realtime import Backoff, Pacer, timeout
 from .commands import end_command, start_command, wait_command
+from .protocols import AudioSource
 
 if TYPE_CHECKING:
     from .settings import MicSettings
@@ -45,19 +46,6 @@ DEFAULT_MAX_LEAD = 0.25
 # A live mic command writes 32 kB/s; one that writes nothing for this long is stuck.
 MIC_STALL_SECONDS = 10.0
 EXIT_WAIT = 2.0  # a mic command that closed its output gets this long to exit
-
-
-class AudioSource(Protocol):
-    """Optionally also `chunk_time: float | None`: the monotonic time the chunk just read was
-    captured, for sources that know it better than the time of the read (a paced file)."""
-
-    async def open(self) -> None: ...
-
-    async def read(self) -> bytes | None:
-        """Exactly CHUNK_BYTES of 16 kHz mono s16le, or None at the end of the stream."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 class _Chunker:

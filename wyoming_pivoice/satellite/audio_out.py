@@ -33,6 +33,7 @@ from ..audio import bytes_per_second, duration, frame_bytes, plain_format
 from ..realtime import Pacer, timeout
 from .audio_in import find_device
 from .commands import end_command, start_command
+from .protocols import AudioSink
 
 if TYPE_CHECKING:
     from .settings import SndSettings
@@ -58,19 +59,6 @@ class Tap(Protocol):
 
     def cut(self, at: float) -> None:
         """Nothing handed over plays after monotonic time `at` (a stop)."""
-
-
-class AudioSink(Protocol):
-    first_sample_at: float | None
-    tap: Tap | None
-
-    async def play(self, pcm: bytes, fmt: AudioFormat) -> None: ...
-
-    async def drain(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 class QueuedSink:

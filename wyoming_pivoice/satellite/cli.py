@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import inspect
 import logging
-import os
-import signal
-import sys
 import uuid
-from collections.abc import Coroutine
-from typing import Any
 
-from ..settings import ZeroconfSettings
+from ..zeroconf import ZeroconfSettings
 from .settings import EchoSettings, MicSettings, SatelliteSettings, SndSettings, VadSettings
 
 _LOGGER = logging.getLogger(__name__)
@@ -244,46 +236,27 @@ def settings_from_args(args: argparse.Namespace) -> SatelliteSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Until the event loop takes the signals over (and after it lets go), SIGTERM and
-    # SIGINT end the process quietly: no KeyboardInterrupt traceback while models load.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _exit_quietly)
-    try:
-        code = _run(args)
-    except SystemExit as stop:
-        if stop.code != _SIGNALLED:
-            raise
-        _LOGGER.info("Stopped by a signal")
-        code = 0
-    # Everything is closed (mic and speaker commands ended, files written): skip the
-    # interpreter's teardown of onnxruntime and friends, which alone takes 0.2 s here and
-    # more on a Pi, so that a stop takes well under a second.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    from .. import startup  # asyncio and the rest: not needed for --help
 
-
-_SIGNALLED = "signalled"
-
-
-def _exit_quietly(signum: int, frame: object) -> None:
-    raise SystemExit(_SIGNALLED)
-
-
-def _run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if settings.uri:
-        from .ha import run_ha_satellite  # the Home Assistant side, loaded only when used
-
-        result = run_ha_satellite(settings)
-        if inspect.isawaitable(result):
-            result = asyncio.run(result)  # type: ignore[arg-type]
-        return int(result or 0)
+        return startup.run(lambda: _home_assistant(settings), fast_exit=True)
     if not settings.server:
         _LOGGER.error("satellite needs --server tcp://HOST:PORT (standalone) or --uri (for HA)")
         return 2
+    return startup.run(lambda: _standalone(settings), fast_exit=True)
 
+
+# Each mode's modules load inside `startup.run`: a signal while they import ends quietly.
+
+
+async def _home_assistant(settings: SatelliteSettings) -> int:
+    from .ha import serve_ha_satellite
+
+    return await serve_ha_satellite(settings)
+
+
+async def _standalone(settings: SatelliteSettings) -> int:
     from .pipeline import Satellite
     from .wake import WakeWordError
 
@@ -292,28 +265,4 @@ def _run(args: argparse.Namespace) -> int:
     except (WakeWordError, ValueError) as err:
         _LOGGER.error("%s", err)
         return 2
-    with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
-        asyncio.run(_until_signal(satellite.run()))
-    return 0
-
-
-async def _until_signal(main: Coroutine[Any, Any, object]) -> None:
-    """Run `main`; SIGTERM/SIGINT cancel it, so the mic command and sinks are closed cleanly.
-
-    Only the first signal cancels: a second one must not cut that clean-up short (and
-    leave a mic or speaker command running).
-    """
-    task = asyncio.ensure_future(main)
-    loop = asyncio.get_running_loop()
-
-    def stop() -> None:
-        if not stopping.is_set():
-            stopping.set()
-            _LOGGER.info("Stopping")
-            task.cancel()
-
-    stopping = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop)
-    await task
+    return await satellite.run_until_signal()

@@ -34,9 +34,8 @@ from .settings import EchoSettings
 if TYPE_CHECKING:
     from livekit import rtc
 
-    from .audio_in import AudioSource
-    from .audio_out import AudioSink
     from .endpoint import Endpointer
+    from .protocols import AudioSink, AudioSource
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 import numpy as np
 
@@ -227,6 +228,14 @@ class EndpointLogic:
         return EndpointEvent(kind, now, self._speech_start, self._last_voiced, audio, forced)
 
 
+class Vad(Protocol):
+    """A speech probability per chunk (engines.vad.SileroVad), with recurrent state."""
+
+    def probability(self, chunk: np.ndarray) -> float: ...
+
+    def reset(self) -> None: ...
+
+
 class Endpointer:
     """Silero VAD + EndpointLogic: feed 512-sample chunks, get endpointing events.
 
@@ -234,14 +243,13 @@ class Endpointer:
     chunks in order, and model calls never block the event loop).
     """
 
-    def __init__(self, settings: VadSettings, vad: object | None = None) -> None:
+    def __init__(self, settings: VadSettings, vad: Vad | None = None) -> None:
         self.settings = settings
         self.logic = EndpointLogic(settings)
         # Tells what the microphone may be hearing besides the user (see echo.py).
         self.hearing: Callable[[], Hearing] | None = None
         self._vad = vad
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="pivoice vad")
-        self.last_probability = 0.0
 
     @property
     def in_speech(self) -> bool:
@@ -251,19 +259,20 @@ class Endpointer:
         if self._vad is None:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
 
-    def _load(self) -> None:
+    def _load(self) -> Vad:
         if self._vad is None:
             from ..engines.vad import SileroVad
 
             self._vad = SileroVad()
+        return self._vad
 
     def probability(self, chunk: bytes) -> float:
         """Blocking: the speech probability of one chunk (runs the model)."""
         if len(chunk) != CHUNK_BYTES:
             raise ValueError(f"the endpointer takes {CHUNK_BYTES}-byte chunks, got {len(chunk)}")
-        self._load()
+        vad = self._load()
         samples = np.frombuffer(chunk, dtype="<i2").astype(np.float32) / 32768.0
-        return self._vad.probability(samples)  # type: ignore[union-attr]
+        return vad.probability(samples)
 
     async def feed(self, chunk: bytes, now: float | None = None) -> list[EndpointEvent]:
         """Process one chunk captured at `now` (default: the time of the call)."""
@@ -271,13 +280,11 @@ class Endpointer:
             now = time.monotonic()
         loop = asyncio.get_running_loop()
         prob = await loop.run_in_executor(self._executor, self.probability, chunk)
-        self.last_probability = prob
         self.logic.hearing = self.hearing() if self.hearing is not None else Hearing.CLEAR
         return self.logic.process(prob, chunk, now)
 
     def feed_sync(self, chunk: bytes, now: float) -> list[EndpointEvent]:
         prob = self.probability(chunk)
-        self.last_probability = prob
         return self.logic.process(prob, chunk, now)
 
     def flush(self, now: float | None = None) -> list[EndpointEvent]:
@@ -288,7 +295,7 @@ class Endpointer:
         self.logic.reset()
         vad = self._vad
         if vad is not None:
-            self._executor.submit(vad.reset)  # type: ignore[attr-defined]
+            self._executor.submit(vad.reset)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)

@@ -7,75 +7,60 @@ HA is the TCP client: it connects, sends `run-satellite`, pings every ~2 s and s
 `audio-start`/`audio-chunk`/`audio-stop` at the rate in `audio-start`; we send `played`
 once the speaker has really finished.
 
-Every decision lives in `state.SatelliteMachine`; this module only turns sockets, the
-microphone, the speaker and the clock into its inputs and carries out its actions.
-Inputs reach the machine synchronously and its actions are handed on without waiting:
-events for HA go to the connection's outbox (its own writer task, each write bounded),
-playback steps to the speaker's queue (its own task, a stop pre-empts the step that is
-running). So no input waits on I/O, and the clock's deadlines fire whatever a socket
-or the speaker is doing.
-
-Every connection is bounded like the server's: frame sizes (server/limits.py's reader),
-a cap on connections (the oldest idle one makes room), idle deadlines, bounded writes.
-A peer that has claimed the satellite but does not ping, as HA does every 2 s, loses
-it to the next connection that asks.
+Every decision lives in `state.SatelliteMachine`; this module only turns the connections
+(ha_connection.py), the microphone (the shared listener.Listener), the speaker and the clock
+into its inputs and carries out its actions. Inputs reach the machine synchronously and its
+actions are handed on without waiting: events for HA go to the active connection's outbox
+(its own writer task, each write bounded), playback steps to the speaker's queue (its own
+task, a stop pre-empts the step that is running). So no input waits on I/O, and the clock's
+deadlines fire whatever a socket or the speaker is doing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
-import socket
 import time
 import wave
 from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
-from urllib.parse import urlparse
 
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioFormat, AudioStart, AudioStop
 from wyoming.error import Error
-from wyoming.event import Event, async_read_event
+from wyoming.event import Event
 from wyoming.info import Describe, Info
 from wyoming.ping import Ping, Pong
 from wyoming.pipeline import PipelineStage, RunPipeline
 from wyoming.satellite import PauseSatellite, RunSatellite
-from wyoming.server import AsyncEventHandler, AsyncServer, AsyncStdioServer, AsyncTcpServer
+from wyoming.server import AsyncServer, AsyncStdioServer
 from wyoming.snd import Played
 from wyoming.timer import TimerCancelled, TimerFinished, TimerStarted, TimerUpdated
 from wyoming.tts import Synthesize
 from wyoming.vad import VoiceStarted, VoiceStopped
 from wyoming.wake import Detect, Detection
 
+from .. import startup
 from ..audio import AudioFormatError, check_format
-from ..server.limits import BoundedReader, Limits
 from ..timing import TimingLog, TurnClock
 from ..zeroconf import Advertiser, default_name
 from . import state
-from .audio_in import CHANNELS, CHUNK_BYTES, CHUNK_SAMPLES, RATE, WIDTH, AudioSource
-from .audio_out import AudioSink
+from .audio_in import CHANNELS, CHUNK_BYTES, RATE, WIDTH
 from .endpoint import Endpointer, EndpointKind
+from .ha_connection import Connections, HaConnection
 from .ha_info import satellite_info
-from .settings import SatelliteSettings
+from .listener import Heard, Listener
+from .protocols import AudioSink, AudioSource, EndpointDetector, WakeDetector
+from .settings import DEFAULT_HA_PORT, SatelliteSettings
+from .wake import wake_key
 
 _LOGGER = logging.getLogger(__name__)
 
-WRITE_TIMEOUT = 5.0  # a write HA does not take within this long means HA is gone
 TICK_SECONDS = 0.1
-TAKEOVER_WAIT = 1.0  # a newcomer waits this long for the old connection to finish closing
-PING_GRACE = 6.0  # HA pings every 2 s (and gives up 5 s after an unanswered one)
-MAX_CONNECTIONS = 8  # HA and its describe probes; past it the oldest idle one is closed
-IDLE_TIMEOUT = 30.0  # a connection that does not drive the satellite and sends nothing
-ACTIVE_IDLE_TIMEOUT = 300.0  # the driving connection, if it never pings (pings: ha_silence)
-OUTBOX_MAX = 512  # events HA has not taken yet (mic audio is 31 a second): past it HA is gone
 STEP_TIMEOUT = 2.0  # one speaker call (queue audio, stop)
 SHUTDOWN_STEP = 0.5  # each part of the shutdown
-CHUNK_MS = CHUNK_SAMPLES * 1000 // RATE
-LIMITS = Limits()  # the server's frame limits, for the same reasons
 
 _PROGRESS = {
     Transcribe.is_type: "transcribe",
@@ -85,137 +70,6 @@ _PROGRESS = {
     Detection.is_type: "detection",
     Synthesize.is_type: "synthesize",
 }
-
-
-def _keepalive(writer: asyncio.StreamWriter) -> None:
-    """TCP keepalive, so a Home Assistant that vanished without a FIN is noticed."""
-    sock = writer.get_extra_info("socket")
-    if sock is None:
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 10)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 5)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
-
-
-class HaConnection(AsyncEventHandler):
-    """One TCP connection (Home Assistant, or a `describe`-only probe)."""
-
-    def __init__(
-        self, satellite: HaSatellite, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        super().__init__(reader, writer)
-        self.satellite = satellite
-        self.peer = writer.get_extra_info("peername")
-        self.bounded = BoundedReader(reader, LIMITS.max_frame_bytes, LIMITS.max_data_bytes)
-        self.opened = time.monotonic()
-        self.last_ping: float | None = None
-        self._outbox: asyncio.Queue[Event] = asyncio.Queue()
-        self._sender: asyncio.Task[None] | None = None
-        _keepalive(writer)
-
-    async def run(self) -> None:
-        sat = self.satellite
-        if not sat.admit(self):
-            await self.refuse("satellite busy: too many connections", "busy")
-            return
-        try:
-            while await self._read_one():
-                pass
-        except (ConnectionError, OSError, asyncio.IncompleteReadError) as err:
-            _LOGGER.info("Connection %s lost: %s", self.peer, err)
-        finally:
-            sat.connection_closed(self)
-            self.abort()
-
-    async def _read_one(self) -> bool:
-        """Read and handle one event; False ends the connection."""
-        sat = self.satellite
-        idle = ACTIVE_IDLE_TIMEOUT if sat.is_active(self) else IDLE_TIMEOUT
-        try:
-            async with asyncio.timeout(idle):
-                event = await async_read_event(self.bounded)  # type: ignore[arg-type]
-        except TimeoutError:
-            _LOGGER.info("Connection %s idle for %.0f s: closing it", self.peer, idle)
-            await self.refuse("idle timeout", "idle")
-            return False
-        except (ConnectionError, OSError, asyncio.IncompleteReadError):
-            raise
-        except Exception as err:  # JSON that is no event (a list, nested too deep …)
-            await self.refuse(f"malformed frame: {err!r}", "malformed")
-            return False
-        if event is None:
-            if self.bounded.violation:
-                _LOGGER.warning("Refusing %s: %s", self.peer, self.bounded.violation)
-                await self.refuse(self.bounded.violation, "frame-too-large")
-            elif self.bounded.got_line:
-                await self.refuse("malformed frame: not a JSON event", "malformed")
-            return False
-        return await sat.handle_event(self, event)
-
-    async def handle_event(self, event: Event) -> bool:
-        return await self.satellite.handle_event(self, event)
-
-    async def reply(self, event: Event) -> None:
-        """Answer (describe, ping), bounded: a peer that takes nothing is dropped. Behind
-        what is queued for it, if anything: a pong must not overtake earlier events."""
-        if self._sender is not None:
-            if not self.send(event):
-                raise ConnectionError(f"{self.peer} takes no events")
-            return
-        try:
-            await asyncio.wait_for(self.write_event(event), WRITE_TIMEOUT)
-        except asyncio.TimeoutError:
-            raise ConnectionError(f"{self.peer} takes no replies") from None
-
-    def send(self, event: Event) -> bool:
-        """Queue an event for the peer, in order; False if it has stopped taking them."""
-        if self._outbox.qsize() >= OUTBOX_MAX:
-            return False
-        self._outbox.put_nowait(event)
-        if self._sender is None:
-            self._sender = asyncio.create_task(self._send_loop(), name=f"to {self.peer}")
-        return True
-
-    async def _send_loop(self) -> None:
-        while True:
-            event = await self._outbox.get()
-            try:
-                async with asyncio.timeout(WRITE_TIMEOUT):
-                    await self.write_event(event)
-            except (ConnectionError, OSError, TimeoutError, RuntimeError) as err:
-                self.satellite.send_failed(self, event, err)
-                return
-
-    async def refuse(self, text: str, code: str) -> None:
-        """An `error` the peer can read, then close (its unread input is let in first:
-        closing on unread bytes resets the connection and can destroy the error)."""
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.write_event(Error(text=text, code=code).event()), 1.0)
-            self.writer.write_eof()
-
-            async def discard(max_bytes: int = 1 << 20) -> None:
-                received = 0
-                while received < max_bytes and (data := await self.reader.read(65536)):
-                    received += len(data)
-
-            await asyncio.wait_for(discard(), 1.0)
-        self.abort()
-
-    def pinging(self, now: float) -> bool:
-        """Pings (or has only just connected) as Home Assistant does."""
-        return now - (self.last_ping or self.opened) < PING_GRACE
-
-    def abort(self) -> None:
-        """Close at once, dropping anything unsent."""
-        if self._sender is not None:
-            self._sender.cancel()
-        self.writer.transport.abort()
-
-    @property
-    def gone(self) -> bool:
-        return self.writer.is_closing() or self.reader.at_eof()
 
 
 class Speaker:
@@ -308,8 +162,8 @@ class HaSatellite:
         settings: SatelliteSettings,
         source: AudioSource,
         sink: AudioSink,
-        endpointer: Endpointer,
-        wake: Any | None = None,  # wake.WakeWord: name, phrase, async_detect, async_reset
+        endpointer: EndpointDetector,
+        wake: WakeDetector | None = None,
         timeouts: state.Timeouts | None = None,
         remote_wake: bool | None = None,
     ) -> None:
@@ -318,10 +172,11 @@ class HaSatellite:
         self.sink = sink
         self.endpointer = endpointer
         self.wake = wake
+        self.listener = Listener(source, endpointer, wake)
         if remote_wake is None:  # --remote-wake: stream to HA and let it find the wake word
             remote_wake = settings.remote_wake
         self.remote_wake = remote_wake
-        self.wake_name = _wake_key(wake.name) if wake is not None else None
+        self.wake_name = wake_key(wake.name) if wake is not None else None
         self.sound_paths = {
             name: path
             for name, path in (
@@ -341,11 +196,14 @@ class HaSatellite:
             settings.area,
             self.remote_wake,
             self.wake_name,
-            getattr(wake, "phrase", None),
+            wake.phrase if wake is not None else None,
         )
         self.timing = TimingLog(settings.timing_log)
-        self._active: HaConnection | None = None
-        self._connections: dict[HaConnection, None] = {}  # oldest first
+        self.connections = Connections(
+            self.handle_event,
+            on_connect=lambda: self._apply(self.machine.connect(time.monotonic())),
+            on_disconnect=lambda: self._apply(self.machine.disconnect(time.monotonic())),
+        )
         self._mic_wanted = asyncio.Event()
         self._done = asyncio.Event()
         self.exit_code = 0
@@ -368,7 +226,7 @@ class HaSatellite:
 
     async def start(self, server: AsyncServer) -> None:
         """Listen (raises OSError if the address is taken), start the mic and the clock."""
-        await server.start(partial(HaConnection, self))
+        await server.start(self.connections.factory)
         self._server = server
         _LOGGER.info("Home Assistant satellite listening on %s", self.settings.uri)
         self._speaker = Speaker(self.sink, self._playback_done, self._load_sound)
@@ -393,9 +251,7 @@ class HaSatellite:
 
     async def _shutdown(self) -> None:
         """Every step bounded: a stop must not hang on a stuck peer, speaker or mic."""
-        for conn in list(self._connections):
-            conn.abort()
-        self._active = None
+        self.connections.abort_all()
         steps: list[tuple[str, Awaitable[object]]] = [
             ("microphone", self.source.close()),
             ("speaker", self.sink.close()),
@@ -428,22 +284,7 @@ class HaSatellite:
             except Exception:
                 _LOGGER.exception("Clock tick failed")
 
-    # ---- connections ---------------------------------------------------------------------
-
-    def admit(self, conn: HaConnection) -> bool:
-        """A new connection; at the cap the oldest one not driving the satellite makes room."""
-        if len(self._connections) >= MAX_CONNECTIONS:
-            victim = next((c for c in self._connections if c is not self._active), None)
-            if victim is None:
-                return False
-            _LOGGER.warning("Too many connections: closing the oldest, %s", victim.peer)
-            self._connections.pop(victim, None)
-            victim.abort()
-        self._connections[conn] = None
-        return True
-
-    def is_active(self, conn: HaConnection) -> bool:
-        return conn is self._active
+    # ---- events from Home Assistant ----------------------------------------------------
 
     async def handle_event(self, conn: HaConnection, event: Event) -> bool:
         """Events from any connection; only the active one drives the satellite."""
@@ -451,17 +292,17 @@ class HaSatellite:
             now = time.monotonic()
             if Describe.is_type(event.type):
                 await conn.reply(self.info.event())
-                if conn is self._active:
+                if conn.active:
                     self.machine.heard(time.monotonic())
                 return True
             if Ping.is_type(event.type):
                 # Answered at once: HA drops us after 5 s without a pong.
                 await conn.reply(Pong(text=event.data.get("text")).event())
                 conn.last_ping = now
-                if conn is self._active:
+                if conn.active:
                     self.machine.heard(time.monotonic(), ping=True)
                 return True
-            if not await self._claim(conn):
+            if not await self.connections.claim(conn):
                 _LOGGER.warning("Refusing %s: another Home Assistant is connected", conn.peer)
                 await conn.refuse(
                     "satellite busy: another Home Assistant connection is active", "busy"
@@ -470,57 +311,12 @@ class HaSatellite:
             now = time.monotonic()
             self.machine.heard(now)
             self._dispatch(event, now)
-            return conn is self._active
+            return conn.active
         except (ConnectionError, OSError):
             raise
         except Exception:  # an odd event must never take the satellite down
             _LOGGER.exception("Ignoring event %s that could not be handled", event.type)
             return True
-
-    async def _claim(self, conn: HaConnection) -> bool:
-        """Make `conn` the active connection if there is none, the old one is gone, or the
-        old one does not ping (not Home Assistant, or a dead one)."""
-        deadline = time.monotonic() + TAKEOVER_WAIT
-        while True:
-            old, now = self._active, time.monotonic()
-            if old is conn:
-                return True
-            if old is not None and (old.gone or not old.pinging(now)):
-                why = "gone" if old.gone else f"no ping for {PING_GRACE:.0f} s"
-                self._drop(old, f"{conn.peer} takes over ({why})")
-                old = self._active
-            if old is None:
-                self._active = conn
-                _LOGGER.info("Home Assistant connected from %s", conn.peer)
-                self._apply(self.machine.connect(now))
-                return True
-            if now >= deadline:
-                return False
-            await asyncio.sleep(0.05)
-
-    def connection_closed(self, conn: HaConnection) -> None:
-        self._connections.pop(conn, None)
-        if conn is self._active:
-            self._drop(conn, "disconnected")
-
-    def send_failed(self, conn: HaConnection, event: Event, err: BaseException) -> None:
-        if conn is self._active:
-            self._drop(conn, f"sending {event.type} failed ({err!r})")
-
-    def _drop(self, conn: HaConnection, reason: str) -> None:
-        """The active connection is over: close it, and the machine goes back to idle."""
-        if conn is not self._active:
-            return
-        self._active = None
-        _LOGGER.info("Home Assistant %s: %s; back to idle", conn.peer, reason)
-        conn.abort()
-        self._apply(self.machine.disconnect(time.monotonic()))
-
-    def _send(self, event: Event) -> None:
-        """Queue for the active connection; one that takes nothing is dropped."""
-        conn = self._active
-        if conn is not None and not conn.send(event):
-            self._drop(conn, f"it has not taken {OUTBOX_MAX} events")
 
     def _dispatch(self, event: Event, now: float) -> None:
         kind, data, m = event.type, event.data, self.machine
@@ -583,57 +379,40 @@ class HaSatellite:
             _LOGGER.debug("Ignoring event %s", kind)
         self._finish_turn()
 
-    # ---- the microphone ----------------------------------------------------------------------
+    # ---- the microphone: the shared listener, gated by the machine ----------------------
+
+    def wants_speech(self, now: float) -> bool:
+        """The endpointer runs while a local run may start or is streaming, not over a reply."""
+        m = self.machine
+        if self.remote_wake or m.playback is not state.Playback.IDLE:
+            return False
+        listening = m.phase is state.Phase.LISTENING and self.wake is None
+        return listening or (m.streaming and m.stage == "asr")
+
+    def wants_wake(self, now: float) -> bool:
+        return self.machine.accepts_trigger
 
     async def _mic_loop(self) -> None:
-        """Capture starts when HA first says run-satellite and goes on for good.
-
-        Audio is read all the time (a live device must not back up) but only examined
-        while a run may start or is streaming.
-        """
+        """Capture starts when HA first says run-satellite and goes on for good."""
         await self._mic_wanted.wait()
         try:
-            await self.source.open()
-        except Exception as err:
+            await self.listener.run(self, self._heard)
+        except Exception as err:  # reads are retried and chunks contained: this is the open
             _LOGGER.error("Cannot open the microphone: %s", err)
             self.stop(1)
             return
-        while True:
-            try:
-                chunk = await self.source.read()
-            except Exception as err:  # sources retry by themselves; this is a last resort
-                _LOGGER.warning("Microphone read failed: %s", err)
-                await asyncio.sleep(1.0)
-                continue
-            now = time.monotonic()
-            if chunk is None:
-                _LOGGER.info("Microphone ended: finishing the turn in flight")
-                self._apply(self.machine.mic_ended(now))
-                return
-            try:
-                await self._on_mic_chunk(chunk, now)
-            except Exception:  # a VAD or wake word failure costs this chunk, not the mic
-                _LOGGER.exception("Could not process a microphone chunk")
+        _LOGGER.info("Microphone ended: finishing the turn in flight")
+        self._apply(self.machine.mic_ended(time.monotonic()))
 
-    async def _on_mic_chunk(self, chunk: bytes, now: float) -> None:
-        m = self.machine
-        local = not self.remote_wake and m.playback is state.Playback.IDLE
-        examine = local and (
-            (m.phase is state.Phase.LISTENING and self.wake is None)
-            or (m.streaming and m.stage == "asr")
-        )
-        events = await self.endpointer.feed(chunk, now) if examine else []
-        fired = False
-        if self.wake is not None and m.accepts_trigger:
-            fired = await self.wake.async_detect(chunk)
-        # From here on nothing waits: the machine sees this chunk's inputs in one go.
+    async def _heard(self, heard: Heard) -> None:
+        """Nothing here waits: the machine sees this chunk's inputs in one go."""
+        m, now = self.machine, time.monotonic()
         if m.streaming:
-            self._send_mic(chunk)  # before the events: it belongs to this stream
-        if fired:
-            _LOGGER.info("Wake word %s detected", self.wake_name)
+            self._send_mic(heard.chunk)  # before the events: it belongs to this stream
+        if heard.wake:
             self._start_turn()
             self._apply(m.trigger(now, self.wake_name))
-        for ev in events:
+        for ev in heard.events:
             if ev.kind is EndpointKind.SPEECH_STARTED:
                 if self.wake is None and m.accepts_trigger:
                     self._prespeech = ev.audio  # pre-speech + speech so far, this chunk too
@@ -653,7 +432,7 @@ class HaSatellite:
         self._finish_turn()
 
     def _send_mic(self, audio: bytes) -> None:
-        self._send(
+        self.connections.send(
             AudioChunk(
                 rate=RATE, width=WIDTH, channels=CHANNELS, audio=audio, timestamp=self._stream_ms
             ).event()
@@ -677,7 +456,7 @@ class HaSatellite:
         speaker = self._speaker
         if isinstance(action, state.SendRunPipeline):
             _LOGGER.info("Starting a run: %s → %s", action.start_stage, action.end_stage)
-            self._send(
+            self.connections.send(
                 RunPipeline(
                     start_stage=PipelineStage(action.start_stage),
                     end_stage=PipelineStage(action.end_stage),
@@ -686,20 +465,22 @@ class HaSatellite:
                 ).event()
             )
         elif isinstance(action, state.SendDetection):
-            self._send(Detection(name=action.name).event())
+            self.connections.send(Detection(name=action.name).event())
         elif isinstance(action, state.StartStream):
             self._stream_ms = 0
-            self._send(AudioStart(rate=RATE, width=WIDTH, channels=CHANNELS, timestamp=0).event())
+            self.connections.send(
+                AudioStart(rate=RATE, width=WIDTH, channels=CHANNELS, timestamp=0).event()
+            )
             prespeech, self._prespeech = self._prespeech, b""
             if action.with_prespeech:
                 for offset in range(0, len(prespeech), CHUNK_BYTES):
                     self._send_mic(prespeech[offset : offset + CHUNK_BYTES])
         elif isinstance(action, state.StopStream):
             if action.send_audio_stop:
-                self._send(AudioStop(timestamp=self._stream_ms).event())
+                self.connections.send(AudioStop(timestamp=self._stream_ms).event())
             _LOGGER.info("Streamed %.2f s of audio", self._stream_ms / 1000)
         elif isinstance(action, state.SendPlayed):
-            self._send(Played().event())
+            self.connections.send(Played().event())
         elif isinstance(action, state.StartPlayback):
             _LOGGER.info("Playing audio at %s Hz", action.fmt.rate)
         elif isinstance(action, state.PlayAudio):
@@ -723,11 +504,7 @@ class HaSatellite:
                 self._background.add(task)  # keep a reference until it is done
                 task.add_done_callback(self._background.discard)
         elif isinstance(action, state.CloseConnection):
-            conn = self._active
-            if conn is not None:
-                _LOGGER.warning("Closing the connection to %s: %s", conn.peer, action.reason)
-                self._active = None
-                conn.abort()
+            self.connections.close_active(action.reason)
         elif isinstance(action, state.Exit):
             self.stop(action.code)
 
@@ -765,10 +542,6 @@ class HaSatellite:
         self.timing.write(clock)
 
 
-def _wake_key(name: str) -> str:
-    return name.strip().lower().replace(" ", "_").replace("-", "_")
-
-
 def _progress(kind: str) -> str | None:
     for is_type, what in _PROGRESS.items():
         if is_type(kind):
@@ -797,6 +570,7 @@ def _read_wav(path: str) -> tuple[bytes, AudioFormat]:
 
 
 async def serve_ha_satellite(settings: SatelliteSettings) -> int:
+    """`wyoming-pivoice satellite --uri …`: runs until the microphone ends or a signal."""
     from .audio_in import open_source
     from .audio_out import open_sink
     from .echo import cancel_echo, open_canceller
@@ -831,46 +605,26 @@ async def serve_ha_satellite(settings: SatelliteSettings) -> int:
         _LOGGER.error("Cannot serve %s: %s", settings.uri, err)
         return 1
 
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, partial(_on_signal, satellite, sig))
+    startup.stop_on_signals(satellite.stop)
     advertiser: Advertiser | None = None
     try:
         # After listening: describe is answered meanwhile. A stop does not wait for it.
-        loading = asyncio.ensure_future(endpointer.load())
+        loading = asyncio.ensure_future(satellite.listener.load())
         stopping = asyncio.ensure_future(satellite.stopped())
         await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         if loading.done():
             loading.result()  # raises what the load raised
+            advertiser = await startup.advertise(
+                settings.zeroconf, server, settings.uri, "satellite", DEFAULT_HA_PORT
+            )
         else:
             loading.cancel()
-        if loading.done() and settings.zeroconf.enabled and isinstance(server, AsyncTcpServer):
-            port = urlparse(settings.uri).port or 10700
-            advertiser = Advertiser(
-                settings.zeroconf.name or default_name("satellite"),
-                port,
-                settings.zeroconf.host or server.host,
-            )
-            await advertiser.start()
     except Exception as err:
         _LOGGER.error("Cannot start the satellite: %s", err)
         satellite.stop(1)
     try:
         return await satellite.wait()
     finally:
-        if advertiser is not None:
-            with contextlib.suppress(Exception):
-                # Its goodbye packets are a courtesy: a stop does not wait long for them.
-                await asyncio.wait_for(advertiser.stop(), SHUTDOWN_STEP)
-
-
-def _on_signal(satellite: HaSatellite, sig: signal.Signals) -> None:
-    _LOGGER.info("Stopping on %s", sig.name)
-    satellite.stop()
-
-
-def run_ha_satellite(settings: SatelliteSettings) -> int:
-    """`wyoming-pivoice satellite --uri …`: runs until the microphone ends or a signal."""
-    return asyncio.run(serve_ha_satellite(settings))
+        # Its goodbye packets are a courtesy: a stop does not wait long for them.
+        await startup.withdraw(advertiser, SHUTDOWN_STEP)

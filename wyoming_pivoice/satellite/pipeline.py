@@ -3,8 +3,10 @@
     capture → VAD ──events──► Turns ──runs──► Player
     (Listener)               │  each run: ASR → LLM → phrases → TTS → audio ─┘
 
-- `Listener` reads the microphone, runs the endpointer (and the wake word), and queues
-  endpointing events. It never waits for a reply, so the next utterance is captured
+(the stages' contracts: protocols.py)
+- the `Listener` (listener.py, shared with the Home Assistant mode) reads the microphone,
+  runs the wake word and the endpointer as its `WakeWindow` says, and the endpointing
+  events are queued. It never waits for a reply, so the next utterance is captured
   while one plays.
 - `Turns` makes turns out of those events: a run starts on `speculate` (before the
   silence window closes) or on `endpoint`; `speech-resumed` cancels a speculative run
@@ -22,38 +24,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from .. import startup
 from ..text import PhraseSplitter
 from ..timing import TimingLog, TurnClock
-from .audio_in import AudioSource, open_source
-from .audio_out import AudioSink, open_sink
+from .audio_in import open_source
+from .audio_out import open_sink
 from .echo import EchoCanceller, cancel_echo, open_canceller
 from .endpoint import Endpointer, EndpointEvent, EndpointKind
+from .listener import Heard, Listener, WakeWindow
+from .protocols import AudioSink, AudioSource, Responder, Synthesizer, Transcriber, WakeDetector
 from .settings import SatelliteSettings
 from .stages import (
     AudioPiece,
     Recognizer,
-    Responder,
     ServerLink,
     StreamingResponder,
     StreamingSynthesizer,
-    Synthesizer,
     WholeResponder,
     WholeSynthesizer,
 )
 
 _LOGGER = logging.getLogger(__name__)
 
-WAKE_TIMEOUT_S = 8.0  # after a wake word, how long to wait for speech
-
 
 @dataclass
 class Stages:
-    asr: Recognizer
+    asr: Transcriber
     responder: Callable[[], Responder]  # one per turn: it keeps that turn's final text
     tts: Synthesizer
     min_clause_chars: int
@@ -77,76 +77,6 @@ def make_stages(settings: SatelliteSettings, link: ServerLink) -> Stages:
         StreamingSynthesizer(link),
         settings.min_clause_chars,
     )
-
-
-# ---- capture → VAD ------------------------------------------------------------------------
-
-
-class Listener:
-    """Microphone → (wake word) → endpointer → events queue. None on the queue: mic ended."""
-
-    def __init__(
-        self,
-        source: AudioSource,
-        endpointer: Endpointer,
-        wake: object | None = None,
-        wake_timeout: float = WAKE_TIMEOUT_S,
-        on_wake: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        self.source = source
-        self.endpointer = endpointer
-        self.wake = wake
-        self.wake_timeout = wake_timeout
-        self.on_wake = on_wake  # e.g. barge-in: the wake word stops a reply
-        self.chunks = 0
-        self._stopping = False
-        self._awake_until: float | None = None
-
-    def stop(self) -> None:
-        """Stop reading after the current chunk (e.g. --max-turns reached)."""
-        self._stopping = True
-
-    async def run(self, events: asyncio.Queue[EndpointEvent | None]) -> None:
-        await self.endpointer.load()
-        await self.source.open()
-        now = time.monotonic()
-        try:
-            while not self._stopping:
-                chunk = await self.source.read()
-                # When the chunk was captured: now, unless the source knows better.
-                now = getattr(self.source, "chunk_time", None) or time.monotonic()
-                if chunk is None:
-                    _LOGGER.info("Microphone stream ended")
-                    break
-                self.chunks += 1
-                if self.wake is not None and not await self._awake(chunk, now):
-                    continue
-                for event in await self.endpointer.feed(chunk, now):
-                    events.put_nowait(event)
-                    if event.kind is EndpointKind.ENDPOINT and self.wake is not None:
-                        self._awake_until = None  # one wake word, one turn
-            for event in self.endpointer.flush(now):
-                events.put_nowait(event)
-        finally:
-            with contextlib.suppress(Exception):
-                await self.source.close()
-            events.put_nowait(None)
-
-    async def _awake(self, chunk: bytes, now: float) -> bool:
-        wake = self.wake
-        if self._awake_until is not None:
-            if now < self._awake_until or self.endpointer.in_speech:
-                return True
-            _LOGGER.info("No speech after the wake word; listening for it again")
-            self._awake_until = None
-        if await wake.async_detect(chunk):  # type: ignore[attr-defined]
-            _LOGGER.info("Wake word %r detected", wake.phrase)  # type: ignore[attr-defined]
-            await wake.async_reset()  # type: ignore[attr-defined]
-            self.endpointer.reset()  # the wake word itself is not part of the request
-            self._awake_until = now + self.wake_timeout
-            if self.on_wake is not None:
-                await self.on_wake()
-        return False
 
 
 # ---- one turn: ASR → LLM → phrases → TTS → audio -------------------------------------------
@@ -185,7 +115,7 @@ class TurnRun:
             if rest:
                 phrases.put_nowait(rest)
             phrases.put_nowait(None)
-            clock.reply = responder.final_text or "".join(pieces).strip()  # type: ignore[attr-defined]
+            clock.reply = responder.final_text or "".join(pieces).strip()
             await tts
         except asyncio.CancelledError:
             raise
@@ -375,20 +305,21 @@ class Satellite:
         self.endpointer = Endpointer(settings.vad)
         # The microphone hears the speaker: the canceller takes what the sink plays out of it.
         self.canceller = open_canceller(settings.echo)
-        self.source = cancel_echo(
+        self.source: AudioSource = cancel_echo(
             source or open_source(settings.mic), self.sink, self.endpointer, self.canceller
         )
         self.link = ServerLink(settings.server, retry_seconds=settings.server_retry_s)
-        self.wake = None
+        self.wake: WakeDetector | None = None
         if settings.wake_word:
             from .wake import WakeWord
 
             self.wake = WakeWord(settings.wake_word)
         self.timing = timing or TimingLog(settings.timing_log)
         self.player = Player(self.sink, self.timing, self.canceller)
+        self.listener = Listener(self.source, self.endpointer, self.wake)
         # With a wake word, speech reaches the endpointer only after it: the word itself barges in.
         on_wake = self.player.interrupt if settings.barge_in else None
-        self.listener = Listener(self.source, self.endpointer, self.wake, on_wake=on_wake)
+        self.window = WakeWindow(self.listener, on_wake=on_wake)
         if settings.awake_wav or settings.done_wav:
             _LOGGER.warning("--awake-wav/--done-wav are played in Home Assistant mode only")
         # The server-facing stages, swappable (e.g. a recording ASR stage in the bench).
@@ -405,12 +336,37 @@ class Satellite:
         """The endpointer is inside an utterance (its endpoint is still to come)."""
         return self.endpointer.in_speech
 
+    async def _listen(self, events: asyncio.Queue[EndpointEvent | None]) -> None:
+        """The listener's endpointing events → `events`; None once the microphone ends."""
+
+        async def heard(heard: Heard) -> None:
+            for event in await self.window.heard(heard):
+                events.put_nowait(event)
+
+        try:
+            await self.listener.load()
+            end = await self.listener.run(self.window, heard)
+            for event in self.endpointer.flush(end):
+                events.put_nowait(event)
+        finally:
+            with contextlib.suppress(Exception):
+                await self.source.close()
+            events.put_nowait(None)
+
+    async def run_until_signal(self) -> int:
+        """`run`, with SIGTERM/SIGINT stopping it cleanly (the mic command and sinks closed)."""
+        task = asyncio.ensure_future(self.run())
+        startup.stop_on_signals(task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return 0
+
     async def run(self) -> int:
         """Run until the microphone ends (or --max-turns); returns the number of turns."""
         events: asyncio.Queue[EndpointEvent | None] = asyncio.Queue()
         runs: asyncio.Queue[TurnRun | None] = asyncio.Queue()
         tasks = [
-            asyncio.create_task(self.listener.run(events), name="listener"),
+            asyncio.create_task(self._listen(events), name="listener"),
             asyncio.create_task(self.turns.run(events, runs), name="turns"),
             asyncio.create_task(self.player.run(runs), name="player"),
         ]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..settings import ZeroconfSettings
 from ..text import MIN_CLAUSE_CHARS
+from ..zeroconf import ZeroconfSettings
 
 DEFAULT_HA_PORT = 10700
 

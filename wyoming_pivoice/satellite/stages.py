@@ -3,8 +3,8 @@
 Each request gets its own connection to the pivoice server: the server works through
 one connection's requests in order, so separate connections let the LLM and TTS run
 side by side, and closing a connection cancels its work there (how a speculative turn
-is abandoned). `streaming` and `sequential` variants share one interface, so the
-pipeline does not care which it runs.
+is abandoned). `streaming` and `sequential` variants share one interface (protocols.py:
+Transcriber, Responder, Synthesizer), so the pipeline does not care which it runs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol
 
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioFormat, AudioStart, AudioStop
@@ -166,12 +165,6 @@ class Recognizer:
 # ---- LLM ------------------------------------------------------------------------------------
 
 
-class Responder(Protocol):
-    async def respond(self, text: str, clock: TurnClock) -> AsyncIterator[str]:
-        """The reply, as pieces of text."""
-        ...
-
-
 class _Conversation:
     def __init__(self, link: ServerLink, conversation_id: str | None, session: str = "") -> None:
         self.link = link
@@ -232,17 +225,6 @@ class WholeResponder(_Conversation):
 
 
 # ---- TTS ------------------------------------------------------------------------------------
-
-
-class Synthesizer(Protocol):
-    async def speak(
-        self,
-        phrases: asyncio.Queue[str | None],
-        audio: asyncio.Queue[AudioPiece | None],
-        clock: TurnClock,
-    ) -> None:
-        """Turn phrases (None ends them) into audio pieces (None ends them)."""
-        ...
 
 
 async def _read_audio(

@@ -11,6 +11,11 @@ class WakeWordError(ValueError):
     """A wake word we cannot load."""
 
 
+def wake_key(name: str) -> str:
+    """A wake word's name as models and Home Assistant spell it: "Okay Nabu" → okay_nabu."""
+    return name.strip().lower().replace(" ", "_").replace("-", "_")
+
+
 def builtin_names() -> list[str]:
     try:
         from pymicro_wakeword import Model
@@ -37,9 +42,8 @@ class WakeWord:
         if name.endswith(".json") and Path(name).is_file():
             self._model = MicroWakeWord.from_config(name)
         else:
-            key = name.strip().lower().replace(" ", "_").replace("-", "_")
             try:
-                model = Model(key)
+                model = Model(wake_key(name))
             except ValueError:
                 raise WakeWordError(
                     f"unknown wake word {name!r}: use one of {', '.join(builtin_names())} "

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
 from functools import partial
-from urllib.parse import urlparse
 
-from wyoming.server import AsyncServer, AsyncStdioServer, AsyncTcpServer
+from wyoming.server import AsyncServer, AsyncStdioServer
 
 from ..settings import ServerSettings
-from ..zeroconf import Advertiser, default_name
+from ..startup import advertise, stop_on_signals, withdraw
 from .handler import PivoiceEventHandler
 from .services import Services
 
@@ -32,20 +30,10 @@ async def serve(settings: ServerSettings, ready: asyncio.Event | None = None) ->
     _LOGGER.info("Listening on %s", settings.uri)
     services.start_loading()
 
-    advertiser: Advertiser | None = None
-    if settings.zeroconf.enabled and isinstance(server, AsyncTcpServer):
-        port = urlparse(settings.uri).port or 10800
-        advertiser = Advertiser(
-            settings.zeroconf.name or default_name("server"),
-            port,
-            settings.zeroconf.host or server.host,
-        )
-        await advertiser.start()
+    advertiser = await advertise(settings.zeroconf, server, settings.uri, "server", 10800)
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop_on_signals(stop.set)
     if ready is not None:
         ready.set()
     if stdio_task is not None:
@@ -54,6 +42,5 @@ async def serve(settings: ServerSettings, ready: asyncio.Event | None = None) ->
         await stop.wait()
     finally:
         _LOGGER.info("Stopping")
-        if advertiser is not None:
-            await advertiser.stop()
+        await withdraw(advertiser)
         await server.stop()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 
 from ..engines.asr import AsrSettings
@@ -232,7 +231,8 @@ def remote_llm_from_args(args: argparse.Namespace) -> RemoteLlmSettings | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import startup
     from .app import serve
 
-    asyncio.run(serve(settings_from_args(args)))
-    return 0
+    settings = settings_from_args(args)
+    return startup.run(lambda: serve(settings))
