@@ -43,6 +43,7 @@ from wyoming.tts import (
     SynthesizeStopped,
 )
 
+from .. import compute_log
 from ..audio import AudioFormatError, StreamingConverter, check_format
 from ..text import PhraseSplitter
 from .connections import Slot
@@ -565,6 +566,10 @@ class PivoiceEventHandler(AsyncEventHandler):
             time.monotonic() - start,
             len(text),
         )
+        asr = compute_log.model_name(await self.services.asr.get())  # loaded: it just ran
+        compute_log.current().record_compute(
+            "asr", asr, time.monotonic() - start, audio_seconds=audio.size / 16000
+        )
         _LOGGER.debug("Transcript: %r", text)
 
     # ---- conversation ---------------------------------------------------------------------
@@ -585,8 +590,14 @@ class PivoiceEventHandler(AsyncEventHandler):
         pause = self.services.audio_first.pause_for(self.host, since=start)
         reply_tokens = self.services.settings.llm.max_tokens
 
+        prompt: dict[str, Any] = {}  # the engine that answers and the prompt's tokens
+
         def turn(llm: Any, cancel: Any) -> Any:
             messages = store.prompt(llm, earlier, text, reply_tokens)
+            prompt.update(
+                model=compute_log.model_name(llm),
+                tokens=compute_log.current().prompt_tokens(llm, messages),
+            )
             return llm.stream(messages, cancel=cancel, pause=pause)
 
         stream = self.services.llm.stream(turn)
@@ -607,6 +618,15 @@ class PivoiceEventHandler(AsyncEventHandler):
             time.monotonic() - start,
             first or 0.0,
             len(reply),
+        )
+        tokens_in = prompt.get("tokens")  # by the model's own tokenizer (None: not counted)
+        compute_log.current().record_compute(
+            "llm",
+            prompt.get("model", "?"),
+            time.monotonic() - start,
+            first=first,
+            tokens_in=tokens_in,
+            tokens_out=None if tokens_in is None else len(pieces),  # one piece per generated token
         )
         _LOGGER.debug("Turn %r answered %r", text, reply)
 
@@ -732,6 +752,13 @@ class PivoiceEventHandler(AsyncEventHandler):
             first or 0.0,
             len(text),
             len(pieces),
+        )
+        compute_log.current().record_compute(
+            "tts",
+            compute_log.model_name(tts),
+            time.monotonic() - start,
+            first=first,
+            audio_seconds=samples / rate,
         )
         _LOGGER.debug("Spoke %r", text)
 

@@ -29,7 +29,7 @@ def warmed(engine: E) -> E:
 
 def llm_slot(settings: ServerSettings) -> ModelSlot[LlamaChat] | RemoteLlmSlot:
     """The local model, or with --llm-url the remote engine (the local model as its fallback)."""
-    local = ModelSlot("LLM (llama.cpp)", lambda: warmed(LlamaChat(settings.llm)))
+    local = ModelSlot("LLM (llama.cpp)", lambda: warmed(LlamaChat(settings.llm)), "llm")
     remote = settings.remote_llm
     if remote is None:
         return local
@@ -57,8 +57,8 @@ class Services:
         return cls(
             settings=settings,
             description=ServiceDescription.from_settings(settings, answering),
-            asr=ModelSlot("ASR (faster-whisper)", lambda: warmed(WhisperAsr(settings.asr))),
-            tts=ModelSlot("TTS (piper)", lambda: warmed(PiperTts(settings.tts))),
+            asr=ModelSlot("ASR (faster-whisper)", lambda: warmed(WhisperAsr(settings.asr)), "asr"),
+            tts=ModelSlot("TTS (piper)", lambda: warmed(PiperTts(settings.tts)), "tts"),
             llm=llm,
             conversations=ConversationStore(settings.llm.system_prompt),
             connections=ConnectionTable(
