@@ -26,9 +26,9 @@ from typing import Any
 
 from ..satellite.audio_in import CHUNK_BYTES, CHUNK_SECONDS
 from ..satellite.audio_out import NullSink
-from ..satellite.pipeline import Satellite
+from ..satellite.pipeline import Satellite, make_stages
 from ..satellite.settings import SatelliteSettings, VadSettings
-from ..satellite.stages import Recognizer
+from ..satellite.stages import Recognizer, ServerLink
 from ..timing import TimingLog, TurnClock
 
 SILENCE = bytes(CHUNK_BYTES)
@@ -162,9 +162,16 @@ class Rig:
         self.mic = ScriptedMic()
         self.sink = NullSink(realtime=realtime_playback)
         self.timing = RecordingTiming()
-        self.satellite = Satellite(settings, source=self.mic, sink=self.sink, timing=self.timing)
-        self.recognizer = RecordingRecognizer(self.satellite.stages.asr)
-        self.satellite.stages.asr = self.recognizer
+        link = ServerLink(server_uri, retry_seconds=settings.server_retry_s)
+        stages = make_stages(settings, link)
+        self.recognizer = RecordingRecognizer(stages.asr)
+        self.satellite = Satellite(
+            settings,
+            source=self.mic,
+            sink=self.sink,
+            timing=self.timing,
+            stages=replace(stages, asr=self.recognizer),
+        )
         self._task: asyncio.Task[int] | None = None
 
     async def start(self) -> None:
