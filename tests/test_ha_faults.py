@@ -129,7 +129,7 @@ def ha_satellite(
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "wyoming_pivoice", "--log-level", "DEBUG",
-            "--log-clock", "monotonic", "satellite",
+            "satellite",
             "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf",
             *mic, "--snd-command", speaker_command(tmp_path, hang_first), *extra,
         ],
