@@ -299,3 +299,26 @@ def test_peer_tts_comparison_times_first_audio_and_complete_audio(server_port: i
     assert (
         0 < result["ratio_pivoice_first_phrase_vs_complete"] < result["ratio_pivoice_first_phrase"]
     )
+
+
+def test_bench_modules_import_no_circle() -> None:
+    """Every import in bench/ (function-level ones too) points one way: no module reaches
+    itself again through others."""
+    import ast
+
+    folder = Path(corpus.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in folder.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:  # from .x / from . import x
+                found |= {node.module} if node.module else {a.name for a in node.names}
+        graph[path.stem] = {name.split(".")[0] for name in found}
+
+    def reaches(start: str, target: str, seen: set[str]) -> bool:
+        for name in graph.get(start, ()):
+            if name == target or (name not in seen and reaches(name, target, seen | {name})):
+                return True
+        return False
+
+    assert [m for m in graph if reaches(m, m, set())] == []
