@@ -559,26 +559,22 @@ def alsa_home(tmp_path: Path, asoundrc: str) -> dict[str, str]:
 # ---- the satellite process -----------------------------------------------------------------
 
 
-def satellite_argv(*args: str, clock: bool = False) -> list[str]:
-    """`python -m wyoming_pivoice satellite *args` logging at DEBUG; `clock` stamps the log
-    lines on the monotonic clock, to compare with the test's own."""
-    stamps = ["--log-clock", "monotonic"] if clock else []
-    return [sys.executable, "-m", "wyoming_pivoice", "--log-level", "DEBUG", *stamps,
-            "satellite", *args]  # fmt: skip
+def satellite_argv(*args: str) -> list[str]:
+    """`python -m wyoming_pivoice satellite *args` logging at DEBUG."""
+    return [sys.executable, "-m", "wyoming_pivoice", "--log-level", "DEBUG", "satellite", *args]
 
 
 def spawn_satellite(
     *args: str,
     stdout: Any = subprocess.DEVNULL,
     stderr: Any = subprocess.STDOUT,
-    clock: bool = False,
     env: dict[str, str] | None = None,
     port: int | None = None,
 ) -> subprocess.Popen:
     """Start a satellite (text output); with `port` (Home Assistant mode, `--uri` on it),
     wait until it listens."""
     proc = subprocess.Popen(
-        satellite_argv(*args, clock=clock),
+        satellite_argv(*args),
         stdout=stdout, stderr=stderr, text=True, cwd=REPO, env=pivoice_env(env),
     )  # fmt: skip
     return proc if port is None else listening(proc, port)

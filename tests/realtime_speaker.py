@@ -1,7 +1,7 @@
 """A stand-in for a speaker command such as `aplay`: takes raw s16le mono at RATE on stdin
 at real time, as a device does, keeping 40 ms buffered, and appends each 10 ms block it
 plays to LOG as '<start> <end>' on the monotonic clock (the clock of the satellite's
-`--log-clock monotonic` lines). Killed, it falls silent at the end of its last block.
+turn stamps). Killed, it falls silent at the end of its last block.
 
     python realtime_speaker.py RATE LOG
 """

@@ -8,13 +8,16 @@ server, so it adds well under a minute.
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from wyoming_pivoice.bench import corpus, report, runner, serverlog
+from wyoming_pivoice.bench import corpus, report, runner, server_compute, servers
 from wyoming_pivoice.bench.cli import add_parser, options_from_args
 from wyoming_pivoice.bench.soak import growth
+from wyoming_pivoice.compute_log import Compute, ComputeLog, Load, read
 
 STAGE_KEYS = {key for key, _label, _boundary in report.STAGES}
 
@@ -174,22 +177,15 @@ def test_cli_options() -> None:
     assert [c.name for c in runner.configs_for(options)] == ["streaming", "streaming_nospec"]
 
 
-def test_server_log_compute_is_attributed_to_its_turn() -> None:
-    log = "\n".join(
-        [
-            "10.0000 INFO wyoming_pivoice.server.handler: Transcribed 1.50 s of "
-            "audio in 0.700 s: 'turn on the lights'",
-            "10.3000 INFO wyoming_pivoice.server.handler: Spoke 1.00 s of audio "
-            "in 0.250 s (first audio 0.150 s) for 'Sure, the lights are on now.'",
-            "10.4000 INFO wyoming_pivoice.server.handler: Answered in 0.400 s "
-            "(first token 0.050 s): 'Sure, the lights are on now. Anything else?'",
-            "30.0000 INFO wyoming_pivoice.server.handler: Transcribed 1.00 s of "
-            "audio in 0.900 s: 'another turn'",
-        ]
-    )
+def test_server_compute_is_attributed_to_its_turn() -> None:
     t0 = 9.0  # monotonic time of the turn's endpoint
-    entries = serverlog.parse(log)
-    assert [e.kind for e in entries] == ["asr", "tts", "llm", "asr"]
+    records: list[Load | Compute] = [
+        Load(1.0, "llm", "model", 1.5),
+        Compute(10.0, "asr", "1", "tiny.en", 0.7, audio_seconds=1.5),
+        Compute(10.3, "tts", "2", "joe", 0.25, first=0.15, audio_seconds=1.0),
+        Compute(10.4, "llm", "3", "model", 0.4, first=0.05, tokens_in=40, tokens_out=8),
+        Compute(30.0, "asr", "4", "tiny.en", 0.9, audio_seconds=1.0),  # another turn's
+    ]
     turn = {
         "pipeline": "streaming",
         "error": None,
@@ -204,21 +200,84 @@ def test_server_log_compute_is_attributed_to_its_turn() -> None:
             "playback_done": t0 + 1.5,
         },
     }
-    words = lambda text: len(text.split())  # noqa: E731 — a stand-in tokenizer
-    assert serverlog.attribute([turn], entries, words, min_clause_chars=24) == 1
+    assert server_compute.attribute([turn], records, min_clause_chars=24) == 1
     compute = turn["server_compute_ms"]
     assert compute["asr"] == 700.0 and compute["tts_first_audio"] == 150.0
-    # 8 words in the reply: (0.4 - 0.05) / 7 per token; the first phrase has 6 words.
-    assert compute["llm_tokens"] == 6
-    assert compute["llm"] == round((0.05 + 5 * 0.35 / 7) * 1000, 1)
+    # 8 tokens in the reply: (0.4 - 0.05) / 7 per token; the first phrase holds 28 of its 43
+    # characters, so 5 of them.
+    assert compute["llm_tokens"] == 5
+    assert compute["llm"] == round((0.05 + 4 * 0.35 / 7) * 1000, 1)
     assert turn["stages_ms"]["overhead"] == round((1.3 - compute["total"] / 1000) * 1000, 1)
 
     # Sequential: the whole reply, and the whole synthesis (nothing plays before it is in).
     sequential = {**turn, "pipeline": "sequential", "stages_ms": {}}
-    assert serverlog.attribute([sequential], entries, words, min_clause_chars=24) == 1
+    assert server_compute.attribute([sequential], records, min_clause_chars=24) == 1
     compute = sequential["server_compute_ms"]
     assert compute["llm"] == 400.0 and compute["tts_first_audio"] == 250.0
     assert compute["total"] == 700.0 + 400.0 + 250.0
+
+    # An engine that cannot count tokens (remote): the phrase's share of the characters.
+    uncounted = [
+        replace(r, tokens_in=None, tokens_out=None) if isinstance(r, Compute) else r
+        for r in records
+    ]
+    streaming = {**turn, "stages_ms": {}}
+    assert server_compute.attribute([streaming], uncounted, min_clause_chars=24) == 1
+    assert streaming["server_compute_ms"]["llm"] == round((0.05 + 0.35 * 28 / 43) * 1000, 1)
+
+
+def test_compute_log_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "compute.jsonl"
+    log = ComputeLog(path)
+    before = time.monotonic()
+    log.record_load("asr", "tiny.en", 0.75)
+    log.record_compute("llm", "qwen", 0.4, first=0.05, tokens_in=40, tokens_out=8)
+    log.record_compute("tts", "joe", 0.25, first=0.15, audio_seconds=1.0)
+    with open(path, "a") as out:
+        out.write('{"at": 1.0, "event": "load"')  # a line still being written
+    records = read(path)
+    assert [type(r) for r in records] == [Load, Compute, Compute]
+    load, llm, tts = records
+    assert load == Load(load.at, "asr", "tiny.en", 0.75)
+    assert before - 1e-6 <= load.at <= llm.at <= tts.at <= time.monotonic() + 1e-6
+    assert (llm.kind, llm.model, llm.tokens_in, llm.tokens_out, llm.first) == (
+        "llm",
+        "qwen",
+        40,
+        8,
+        0.05,
+    )
+    assert tts.audio_seconds == 1.0 and tts.tokens_in is None
+    assert llm.request != tts.request
+    log.close()
+
+    silent = ComputeLog(None)  # no path: records nothing, counts nothing
+    silent.record_load("asr", "tiny.en", 1.0)
+    silent.record_compute("asr", "tiny.en", 1.0)
+    assert not silent.enabled and silent.prompt_tokens(object(), []) is None
+
+
+def test_our_server_writes_its_compute_log(tmp_path: Path) -> None:
+    """The real server (its own process, as the bench starts it) records its model loads and
+    each request, token counts by its own model."""
+    import asyncio
+
+    with servers.pivoice_server(tmp_path / "server.log") as server:
+        assert set(server.load_s) == {"asr", "tts", "llm"}
+        assert all(seconds > 0 for seconds in server.load_s.values())
+        asyncio.run(servers.warm(server.uri))  # one request to each model
+        # A request's record follows its last reply event: wait for all three.
+        deadline = time.monotonic() + 10
+        while len(computed := {r.kind: r for r in server.compute() if isinstance(r, Compute)}) < 3:
+            assert time.monotonic() < deadline, f"compute records: {server.compute()}"
+            time.sleep(0.05)
+    assert set(computed) == {"asr", "llm", "tts"}
+    asr, llm, tts = computed["asr"], computed["llm"], computed["tts"]
+    assert asr.audio_seconds == 0.5 and asr.model
+    assert llm.first is not None and 0 < llm.first <= llm.seconds
+    assert llm.tokens_in is not None and llm.tokens_in > 10  # the system prompt and "Hello."
+    assert llm.tokens_out is not None and llm.tokens_out >= 1
+    assert tts.first is not None and tts.audio_seconds is not None and tts.audio_seconds > 0.2
 
 
 def test_peer_tts_comparison_times_first_audio_and_complete_audio(server_port: int) -> None:
@@ -240,3 +299,26 @@ def test_peer_tts_comparison_times_first_audio_and_complete_audio(server_port: i
     assert (
         0 < result["ratio_pivoice_first_phrase_vs_complete"] < result["ratio_pivoice_first_phrase"]
     )
+
+
+def test_bench_modules_import_no_circle() -> None:
+    """Every import in bench/ (function-level ones too) points one way: no module reaches
+    itself again through others."""
+    import ast
+
+    folder = Path(corpus.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in folder.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:  # from .x / from . import x
+                found |= {node.module} if node.module else {a.name for a in node.names}
+        graph[path.stem] = {name.split(".")[0] for name in found}
+
+    def reaches(start: str, target: str, seen: set[str]) -> bool:
+        for name in graph.get(start, ()):
+            if name == target or (name not in seen and reaches(name, target, seen | {name})):
+                return True
+        return False
+
+    assert [m for m in graph if reaches(m, m, set())] == []

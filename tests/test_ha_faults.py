@@ -133,7 +133,7 @@ def ha_satellite(
     proc = spawn_satellite(
         "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf",
         *mic, "--snd-command", speaker_command(tmp_path, hang_first), *extra,
-        stdout=out, clock=True, env=env,
+        stdout=out, env=env,
     )  # fmt: skip
     sat = Sat(proc, port, log, tmp_path)
     try:

@@ -6,7 +6,6 @@ import argparse
 import importlib
 import logging
 import sys
-import time
 
 from . import __version__
 
@@ -27,13 +26,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=__version__)
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING …")
-    parser.add_argument(
-        "--log-clock",
-        choices=("wall", "monotonic"),
-        default="wall",
-        help="stamp log lines with the date, or with time.monotonic() seconds (the clock of "
-        "the satellite's turn stamps: the bench lines both up this way)",
-    )
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name, module_name in _SUBCOMMANDS.items():
         if command in (None, name):
@@ -48,24 +40,12 @@ def _command(argv: list[str]) -> str | None:
     return next((arg for arg in argv if arg in _SUBCOMMANDS), None)
 
 
-class MonotonicFormatter(logging.Formatter):
-    """asctime = time.monotonic() when the line is formatted (synchronously, as it is logged).
-
-    The wall clock can be stepped or slewed under a running process; the monotonic clock
-    is one system-wide clock that every process reads alike.
-    """
-
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        return f"{time.monotonic():.4f}"
-
-
 def run(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     args = build_parser(_command(argv)).parse_args(argv)
-    formatter = MonotonicFormatter if args.log_clock == "monotonic" else logging.Formatter
     handler = logging.StreamHandler()
-    handler.setFormatter(formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     return int(args.func(args) or 0)
 

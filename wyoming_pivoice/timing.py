@@ -32,10 +32,34 @@ STAMPS = (
 )
 
 
-def _ms(start: float | None, end: float | None) -> float | None:
+# What the satellite logs and records per turn ("ms"): a subset of `stages`.
+FIGURES = ("asr", "llm_first_token", "tts_first_audio", "e2e_from_last_voiced", "e2e_from_endpoint")
+
+
+def ms(start: float | None, end: float | None) -> float | None:
     if start is None or end is None:
         return None
     return round((end - start) * 1000.0, 1)
+
+
+def stages(stamps: dict[str, float | None], speculation_used: bool) -> dict[str, float | None]:
+    """The stage durations of one turn in ms, from its monotonic stamps (None: not reached).
+
+    The ASR ran from the speculation start when that run was kept, else from the endpoint.
+    """
+    s = stamps
+    asr_start = s.get("speculation_start") if speculation_used else s.get("endpoint")
+    return {
+        "endpoint_wait": ms(s.get("last_voiced"), s.get("endpoint")),
+        "asr": ms(asr_start, s.get("transcript")),
+        "asr_after_endpoint": ms(s.get("endpoint"), s.get("transcript")),
+        "llm_first_token": ms(s.get("transcript"), s.get("llm_first_token")),
+        "first_phrase": ms(s.get("llm_first_token"), s.get("tts_request")),
+        "tts_first_audio": ms(s.get("tts_request"), s.get("tts_first_audio")),
+        "play_start": ms(s.get("tts_first_audio"), s.get("first_played")),
+        "e2e_from_endpoint": ms(s.get("endpoint"), s.get("first_played")),
+        "e2e_from_last_voiced": ms(s.get("last_voiced"), s.get("first_played")),
+    }
 
 
 @dataclass
@@ -67,23 +91,13 @@ class TurnClock:
         if self.stamps.get(name) is None:
             self.mark(name, at)
 
-    def clear(self, name: str) -> None:
-        self.stamps[name] = None
-
     def fail(self, error: str) -> None:
         if self.error is None:
             self.error = error
 
     def figures(self) -> dict[str, float | None]:
-        s = self.stamps
-        asr_start = s["speculation_start"] if self.speculation_used else s["endpoint"]
-        return {
-            "asr": _ms(asr_start, s["transcript"]),
-            "llm_first_token": _ms(s["transcript"], s["llm_first_token"]),
-            "tts_first_audio": _ms(s["tts_request"], s["tts_first_audio"]),
-            "e2e_from_last_voiced": _ms(s["last_voiced"], s["first_played"]),
-            "e2e_from_endpoint": _ms(s["endpoint"], s["first_played"]),
-        }
+        all_stages = stages(self.stamps, self.speculation_used)
+        return {key: all_stages[key] for key in FIGURES}
 
     def record(self) -> dict[str, Any]:
         return {
@@ -102,8 +116,8 @@ class TurnClock:
         }
 
     def summary(self) -> str:
-        ms = self.figures()
-        parts = [f"{key}={value:.0f} ms" for key, value in ms.items() if value is not None]
+        figures = self.figures()
+        parts = [f"{key}={value:.0f} ms" for key, value in figures.items() if value is not None]
         spec = "used" if self.speculation_used else "not used"
         extra = f", speculation {spec}, {self.speculation_cancelled} cancelled"
         error = f", error: {self.error}" if self.error else ""

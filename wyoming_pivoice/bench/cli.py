@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..satellite.settings import SatelliteSettings, VadSettings
-from .runner import BenchOptions
+from .options import BenchOptions
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

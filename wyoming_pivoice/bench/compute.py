@@ -11,8 +11,8 @@ For each turn, with the server idle and nothing else running:
   the whole reply (sequential: nothing plays before it is complete).
 
 This is the models' cost in isolation (`--replay`); the bench's pipeline overhead comes
-from the server's own timing of each turn (serverlog.py) when its log can be read, and
-from this replay only when it cannot (a server the bench did not start).
+from the server's own timing of each turn (its compute log, server_compute.py) when the
+bench started the server, and from this replay only when not (a server already running).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,8 @@ from ..engines.asr import AsrSettings, WhisperAsr
 from ..engines.llm import LlamaChat, LlmSettings
 from ..engines.tts import PiperTts, TtsSettings
 from ..text import split_all
-from .serverlog import overhead_ms
+from .knobs import first_sentence_audio
+from .server_compute import overhead_ms
 
 
 def replay(
@@ -69,15 +71,15 @@ def replay(
         tokens_needed = _tokens(llm, spoken_first)
         asr_s, first_token_s, tts_s = [], [], []
         for _rep in range(reps):
-            asr_s.append(_seconds(lambda s=samples: asr.transcribe(s)))
+            asr_s.append(_seconds(partial(asr.transcribe, samples)))
             first, rate = _llm_timing(llm, llm_settings, turn["transcript"], 16)
             first_token_s.append(first)
             if rate is not None:
                 per_token.append(rate)
             if sequential:  # nothing plays before the whole reply's audio is in
-                tts_s.append(_seconds(lambda t=reply: tts.synthesize(t)))
+                tts_s.append(_seconds(partial(tts.synthesize, reply)))
             else:
-                tts_s.append(_seconds(lambda t=spoken_first: next(iter(tts.sentences(t)))))
+                tts_s.append(_seconds(partial(first_sentence_audio, tts, spoken_first)))
         figures = {
             "asr": min(asr_s),
             "llm_first_token": min(first_token_s),
@@ -101,7 +103,7 @@ def replay(
             "total": round(compute_s * 1000, 1),
         }
         turn["stages_ms"]["compute_replay"] = turn["replay_compute_ms"]["total"]
-        if "compute" not in turn["stages_ms"]:  # no server log to read: use the replay
+        if "compute" not in turn["stages_ms"]:  # no compute log to read: use the replay
             turn["stages_ms"]["compute"] = turn["replay_compute_ms"]["total"]
             turn["stages_ms"]["overhead"] = overhead_ms(turn, compute_s)
             turn["compute_source"] = "replay"

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..audio import float_to_pcm16
+
 RATE = 16000
 PAD_BEFORE_S = 0.5
 PAD_AFTER_S = 0.8  # past the 300 ms silence window; the bench mic feeds silence after it anyway
@@ -114,6 +116,10 @@ class Utterance:
     def samples(self) -> np.ndarray:
         """The whole file as float32 in [-1, 1]."""
         return read_wav_float(Path(self.path))
+
+    def pcm(self) -> bytes:
+        """The utterance as 16-bit PCM, as a microphone gives it."""
+        return float_to_pcm16(self.samples())
 
     def heard(self, transcript: str) -> bool:
         """True when the transcript has every key word (a loose check of the ASR, not a WER)."""

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,16 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     start = time.perf_counter()
     result = fn()
     return time.perf_counter() - start, result
+
+
+def first_sentence_audio(tts: PiperTts, text: str) -> bytes:
+    """The first sentence's audio of `text` (what a streaming reply plays first)."""
+    return next(iter(tts.sentences(text)))
+
+
+def _first_audio_yielding(audio_first: AudioFirst, tts: PiperTts, text: str) -> bytes:
+    """The same with the LLM told to pause while Piper speaks (engines/priority.py)."""
+    return next(iter(audio_first.while_speaking(tts.sentences(text))))
 
 
 def trimmed(utterance: Utterance, prespeech_s: float = 0.3, pad_s: float = 0.1) -> np.ndarray:
@@ -87,7 +98,7 @@ def asr_knobs(
         settings = replace(base, **change)
         key = _engine_key(settings)
         if key not in engines:
-            load_s, engine = _timed(lambda s=settings: WhisperAsr(s))
+            load_s, engine = _timed(partial(WhisperAsr, settings))
             engine.transcribe(trimmed(utterances[0]))  # warm-up
             engines[key] = (engine, load_s)
     times: dict[str, list[float]] = {name: [] for name in ASR_VARIANTS}
@@ -100,7 +111,7 @@ def asr_knobs(
             for name in order:
                 engine, _ = engines[_engine_key(replace(base, **ASR_VARIANTS[name]))]
                 samples = audio["untrimmed" if name == "untrimmed audio" else "trimmed"]
-                seconds, text = _timed(lambda e=engine, a=samples: e.transcribe(a))
+                seconds, text = _timed(partial(engine.transcribe, samples))
                 times[name].append(seconds)
                 heard[name].append(utterance.heard(text))
             if progress:
@@ -166,7 +177,7 @@ def llm_knobs(
     }
     out: dict[str, Any] = {}
     for name, change in variants.items():
-        load_s, llm = _timed(lambda c=change: LlamaChat(replace(base, **c)))
+        load_s, llm = _timed(partial(LlamaChat, replace(base, **change)))
         _first_token(llm, "Hello.", 8)  # warm-up
         ttft_reuse, ttft_cold, rates = [], [], []
         for _rep in range(reps):
@@ -267,7 +278,7 @@ def overlap_knobs(
     out["TTS alone"] = {
         "tts_first_audio_ms": _ms(
             [
-                _timed(lambda p=phrase: next(iter(tts.sentences(p))))[0]
+                _timed(partial(first_sentence_audio, tts, phrase))[0]
                 for _rep in range(reps)
                 for phrase in phrases
             ]
@@ -304,7 +315,7 @@ def overlap_knobs(
         first_audio = []
         for _rep in range(reps):
             for phrase in phrases:
-                first_audio.append(_timed(lambda p=phrase: next(iter(tts.sentences(p))))[0])
+                first_audio.append(_timed(partial(first_sentence_audio, tts, phrase))[0])
         stop.set()
         worker.join()
         out[f"LLM threads {threads}"] = {
@@ -345,7 +356,7 @@ def _audio_first_overlap(
     worker.start()
     try:
         return [
-            _timed(lambda p=phrase: next(iter(audio_first.while_speaking(tts.sentences(p)))))[0]
+            _timed(partial(_first_audio_yielding, audio_first, tts, phrase))[0]
             for _rep in range(reps)
             for phrase in phrases
         ]

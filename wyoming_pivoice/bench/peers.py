@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,11 @@ def _median_ms(values: list[float]) -> float:
     return round(statistics.median(values) * 1000, 1)
 
 
+def _rss_mb(peer: servers.Child) -> float | None:
+    sample = peer.sample()
+    return round(sample.rss_mb, 1) if sample is not None else None
+
+
 async def _alternate(rounds: int, calls: dict[str, Callable[[], Any]]) -> dict[str, list[Any]]:
     results: dict[str, list[Any]] = {name: [] for name in calls}
     names = list(calls)
@@ -203,7 +209,7 @@ def run(
                 report["asr"].update(
                     peer=whisper.where,
                     argv=argv[len(whisper.argv) :],
-                    peer_rss_mb=round(peer.sample().rss_mb, 1),
+                    peer_rss_mb=_rss_mb(peer),
                 )
         except Exception as err:  # a peer that will not start is reported, not fatal
             _LOGGER.exception("wyoming-faster-whisper failed")
@@ -230,7 +236,7 @@ def run(
                 report["tts"].update(
                     peer=piper.where,
                     argv=argv[len(piper.argv) :],
-                    peer_rss_mb=round(peer.sample().rss_mb, 1),
+                    peer_rss_mb=_rss_mb(peer),
                 )
         except Exception as err:
             _LOGGER.exception("wyoming-piper failed")
@@ -258,8 +264,8 @@ async def _compare_asr(
         results = await _alternate(
             rounds,
             {
-                "pivoice": lambda pcm=pcm: asr_latency(ours, pcm),
-                "peer": lambda pcm=pcm: asr_latency(peer, pcm),
+                "pivoice": partial(asr_latency, ours, pcm),
+                "peer": partial(asr_latency, peer, pcm),
             },
         )
         ours_s = [seconds for seconds, _ in results["pivoice"]]
@@ -299,9 +305,9 @@ async def _compare_tts(
         results = await _alternate(
             rounds,
             {
-                "pivoice_plain": lambda text=text: tts_timing(ours, [text]),
-                "pivoice_first_phrase": lambda p=first_phrase: tts_timing(ours, [p]),
-                "peer": lambda text=text: tts_timing(peer, [text]),
+                "pivoice_plain": partial(tts_timing, ours, [text]),
+                "pivoice_first_phrase": partial(tts_timing, ours, [first_phrase]),
+                "peer": partial(tts_timing, peer, [text]),
             },
         )
         row: dict[str, Any] = {"text": text, "first_phrase": first_phrase}

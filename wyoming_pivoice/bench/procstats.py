@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -13,13 +13,10 @@ import psutil
 @dataclass(frozen=True)
 class ProcSample:
     rss_mb: float
-    peak_rss_mb: float  # the kernel's high-water mark (VmHWM) since start or the last reset
+    peak_rss_mb: float  # the kernel's high-water mark (VmHWM) since start
     cpu_s: float  # user + system
     fds: int
     threads: int
-
-    def as_dict(self) -> dict[str, float | int]:
-        return asdict(self)
 
 
 def _hwm_kb(pid: int) -> int | None:
@@ -46,12 +43,3 @@ def sample(pid: int | None = None) -> ProcSample:
         fds=fds,
         threads=threads,
     )
-
-
-def reset_peak(pid: int | None = None) -> bool:
-    """Restart the VmHWM high-water mark (Linux: write 5 to clear_refs); False if not allowed."""
-    try:
-        Path(f"/proc/{pid or os.getpid()}/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True

@@ -42,10 +42,3 @@ class Progress:
             self._last_plain = now
             self.stream.write(f"{self.what}: {self.done}/{self.total} {elapsed:.0f} s {label}\n")
         self.stream.flush()
-
-    def note(self, text: str) -> None:
-        """A line that stays (above the bar on a terminal)."""
-        if self.tty:
-            self.stream.write("\r" + " " * 120 + "\r")
-        self.stream.write(text + "\n")
-        self.stream.flush()

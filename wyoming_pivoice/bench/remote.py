@@ -18,7 +18,7 @@ from typing import Any
 from wyoming.client import AsyncClient
 from wyoming.event import Event
 
-from .report import render_table, summarize
+from .tables import render_table, summarize
 
 # The server options that make the conversation remote; the local twin runs without them.
 REMOTE_FLAGS = (
@@ -55,21 +55,28 @@ def _flag(arg: str) -> str:
 
 async def _turn(uri: str, text: str, timeout: float) -> dict[str, Any]:
     """One conversation turn (no history), timed from sending it."""
+    start = time.monotonic()
     pieces = 0
     first: float | None = None
-    start = time.monotonic()
-    async with asyncio.timeout(timeout), AsyncClient.from_uri(uri) as client:
-        await client.write_event(Event("transcript", {"text": text}))
-        while True:
-            event = await client.read_event()
-            if event is None or event.type == "error":
-                reason = "closed" if event is None else event.data.get("text")
-                return {"error": reason}
-            if event.type == "handled-chunk":
-                pieces += 1
-                first = first or time.monotonic() - start
-            elif event.type == "handled-stop":
-                break
+
+    async def converse() -> str | None:
+        """The turn's reply read to its end; the reason when it failed."""
+        nonlocal pieces, first
+        async with AsyncClient.from_uri(uri) as client:
+            await client.write_event(Event("transcript", {"text": text}))
+            while True:
+                event = await client.read_event()
+                if event is None or event.type == "error":
+                    return "closed" if event is None else str(event.data.get("text") or "error")
+                if event.type == "handled-chunk":
+                    pieces += 1
+                    first = first or time.monotonic() - start
+                elif event.type == "handled-stop":
+                    return None
+
+    error = await asyncio.wait_for(converse(), timeout)
+    if error is not None:
+        return {"error": error}
     total = time.monotonic() - start
     per_piece = (total - first) / (pieces - 1) if first is not None and pieces > 1 else None
     return {

@@ -8,10 +8,11 @@ the same run.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
+from .remote import render as render_remote
+from .room import render as render_room
+from .tables import median, render_table, summarize
 
 # Stage rows of the table: (key in a turn's "stages_ms", label, boundary it measures).
 STAGES: tuple[tuple[str, str, str], ...] = (
@@ -42,45 +43,6 @@ STAGES: tuple[tuple[str, str, str], ...] = (
         "end of the voice in the WAV (known from the file) → first reply sample",
     ),
 )
-
-
-def ms(start: float | None, end: float | None) -> float | None:
-    if start is None or end is None:
-        return None
-    return round((end - start) * 1000.0, 1)
-
-
-def stages_from_stamps(stamps: dict[str, float | None], speculation_used: bool) -> dict[str, Any]:
-    """The stage durations of one turn, from the satellite's monotonic stamps."""
-    s = stamps
-    asr_start = s.get("speculation_start") if speculation_used else s.get("endpoint")
-    return {
-        "endpoint_wait": ms(s.get("last_voiced"), s.get("endpoint")),
-        "asr": ms(asr_start, s.get("transcript")),
-        "asr_after_endpoint": ms(s.get("endpoint"), s.get("transcript")),
-        "llm_first_token": ms(s.get("transcript"), s.get("llm_first_token")),
-        "first_phrase": ms(s.get("llm_first_token"), s.get("tts_request")),
-        "tts_first_audio": ms(s.get("tts_request"), s.get("tts_first_audio")),
-        "play_start": ms(s.get("tts_first_audio"), s.get("first_played")),
-        "e2e_from_endpoint": ms(s.get("endpoint"), s.get("first_played")),
-        "e2e_from_last_voiced": ms(s.get("last_voiced"), s.get("first_played")),
-    }
-
-
-def summarize(values: Iterable[float | None]) -> dict[str, float | int] | None:
-    clean = [float(v) for v in values if v is not None]
-    if not clean:
-        return None
-    return {
-        "median": round(statistics.median(clean), 1),
-        "p90": round(float(np.percentile(clean, 90)), 1),
-        "n": len(clean),
-    }
-
-
-def median(values: Iterable[float | None]) -> float | None:
-    clean = [float(v) for v in values if v is not None]
-    return statistics.median(clean) if clean else None
 
 
 def stage_table(turns: list[dict[str, Any]], configs: list[str]) -> dict[str, dict[str, Any]]:
@@ -159,20 +121,6 @@ def _cell(summary: dict[str, Any] | None) -> str:
     return f"{summary['median']:.0f} / {summary['p90']:.0f}"
 
 
-def render_table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells: list[str]) -> str:
-        padded = (
-            str(c).ljust(widths[i]) if i == 0 else str(c).rjust(widths[i])
-            for i, c in enumerate(cells)
-        )
-        return "| " + " | ".join(padded) + " |"
-
-    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
-
-
 def render(result: dict[str, Any]) -> str:
     """The whole report as text (markdown tables)."""
     out: list[str] = []
@@ -192,12 +140,8 @@ def render(result: dict[str, Any]) -> str:
         if result.get(key):
             out.extend(section(result[key]))
     if result.get("room"):
-        from .room import render as render_room
-
         out.extend(render_room(result["room"]))
     if result.get("remote_llm"):
-        from .remote import render as render_remote
-
         out.extend(render_remote(result["remote_llm"]))
     return "\n".join(out).rstrip() + "\n"
 
@@ -373,15 +317,11 @@ def render_soak(soak: dict[str, Any]) -> list[str]:
     ]
     rows = []
     for sample in soak["samples"]:
-        rows.append(
-            [
-                str(sample["turn"]),
-                f"{sample['server']['rss_mb']:.1f}",
-                str(sample["server"]["fds"]),
-                f"{sample['satellite']['rss_mb']:.1f}",
-                str(sample["satellite"]["fds"]),
-            ]
-        )
+        row = [str(sample["turn"])]
+        for name in ("server", "satellite"):  # a server not on this machine is not sampled
+            proc = sample.get(name)
+            row += [f"{proc['rss_mb']:.1f}", str(proc["fds"])] if proc else ["–", "–"]
+        rows.append(row)
     out.append(
         render_table(
             ["turn", "server RSS MB", "server fds", "satellite RSS MB", "satellite fds"], rows

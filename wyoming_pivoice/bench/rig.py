@@ -27,9 +27,10 @@ from typing import Any
 from ..realtime import Pacer
 from ..satellite.audio_in import CHUNK_BYTES, CHUNK_SECONDS
 from ..satellite.audio_out import NullSink
-from ..satellite.pipeline import Satellite
+from ..satellite.pipeline import Satellite, make_stages
+from ..satellite.protocols import Transcriber
 from ..satellite.settings import SatelliteSettings, VadSettings
-from ..satellite.stages import Recognizer
+from ..satellite.stages import ServerLink
 from ..timing import TimingLog, TurnClock
 
 SILENCE = bytes(CHUNK_BYTES)
@@ -106,17 +107,17 @@ class RecordingTiming(TimingLog):
         self.records.append(clock.record())
 
 
-class RecordingRecognizer(Recognizer):
-    """The satellite's own Recognizer, keeping the audio of the turn in progress (for the
-    replay); the bench takes it after each turn, so nothing piles up in a soak."""
+class RecordingRecognizer:
+    """Wraps the satellite's own recognizer, keeping the audio of the turn in progress (for
+    the replay); the bench takes it after each turn, so nothing piles up in a soak."""
 
-    def __init__(self, inner: Recognizer) -> None:
-        super().__init__(inner.link, inner.language)
+    def __init__(self, inner: Transcriber) -> None:
+        self.inner = inner
         self.audio: dict[int, bytes] = {}
 
     async def transcribe(self, audio: bytes, clock: TurnClock) -> str:
         self.audio[clock.turn] = audio
-        return await super().transcribe(audio, clock)
+        return await self.inner.transcribe(audio, clock)
 
     def take(self, turn: int) -> bytes | None:
         audio = self.audio.get(turn)
@@ -163,9 +164,16 @@ class Rig:
         self.mic = ScriptedMic()
         self.sink = NullSink(realtime=realtime_playback)
         self.timing = RecordingTiming()
-        self.satellite = Satellite(settings, source=self.mic, sink=self.sink, timing=self.timing)
-        self.recognizer = RecordingRecognizer(self.satellite.stages.asr)
-        self.satellite.stages.asr = self.recognizer
+        link = ServerLink(server_uri, retry_seconds=settings.server_retry_s)
+        stages = make_stages(settings, link)
+        self.recognizer = RecordingRecognizer(stages.asr)
+        self.satellite = Satellite(
+            settings,
+            source=self.mic,
+            sink=self.sink,
+            timing=self.timing,
+            stages=replace(stages, asr=self.recognizer),
+        )
         self._task: asyncio.Task[int] | None = None
 
     async def start(self) -> None:

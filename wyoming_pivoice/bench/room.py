@@ -31,6 +31,7 @@ from ..room.session import RoomRun, run_satellite_in_room
 from ..room.simulator import Reply, Say
 from .corpus import RATE, Utterance
 from .progress import Progress
+from .tables import render_table
 
 BARGE_IN_WITHIN_S = 0.3  # the target: the reply stops this soon after the user's onset
 OVER_MS = (700, 1100)  # the user starts talking this long after the reply first sounds
@@ -185,8 +186,9 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
             stopped_turn = next((t for t in turns if _reply_of(t, replies) is reply), None)
             trial["stopped_after_s"] = round(stopped, 3) if stopped is not None else None
             trial["barged_in"] = bool(stopped_turn and stopped_turn["barged_in"])
-            if trial["barged_in"] and stopped_turn["stamps"].get("barge_in") is not None:
-                trial["detected_after_s"] = round(stopped_turn["stamps"]["barge_in"] - onset, 3)
+            detected = stopped_turn["stamps"].get("barge_in") if stopped_turn else None
+            if trial["barged_in"] and detected is not None:
+                trial["detected_after_s"] = round(detected - onset, 3)
             trial["in_time"] = bool(
                 trial["barged_in"] and stopped is not None and stopped <= BARGE_IN_WITHIN_S
             )
@@ -280,8 +282,6 @@ def aec_cpu(seconds: float = 30.0) -> dict[str, float]:
 
 
 def render(room: dict[str, Any]) -> list[str]:
-    from .report import render_table
-
     def median(values: list[float]) -> str:
         return f"{statistics.median(values):.0f}" if values else "—"
 

@@ -16,55 +16,25 @@ import platform
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from .. import __version__, timing
 from ..engines.asr import AsrSettings
 from ..engines.llm import LlmSettings
 from ..engines.tts import TtsSettings
-from ..satellite.settings import SatelliteSettings, VadSettings
 from ..settings import ServerSettings
 from . import corpus as corpus_mod
-from . import procstats, remote, report, servers
+from . import procstats, remote, report, server_compute, servers
+from .options import BenchOptions
 from .progress import Progress
 from .rig import Config, Rig, TurnOutcome
 
 _LOGGER = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class BenchOptions:
-    rounds: int = 3
-    utterances: int | None = None  # first N of the corpus
-    corpus_dir: Path | None = None
-    workdir: Path | None = None
-    silence_ms: int = VadSettings.silence_ms
-    speculate_ms: int = VadSettings.speculate_ms
-    pipelines: tuple[str, ...] = ("streaming", "sequential")
-    speculation_baseline: bool = True  # also streaming with speculate-ms 0
-    min_clause_chars: int = SatelliteSettings.min_clause_chars
-    replay: bool = False  # also replay each turn's model compute in this process
-    compute_reps: int = 2  # each replayed measurement is taken this often; the least is kept
-    latency: bool = True
-    peers: bool = False
-    peers_venv: Path | None = None
-    peer_rounds: int = 3
-    knobs: bool = False
-    knob_reps: int = 2
-    soak: int = 0
-    soak_every: int = 10
-    server_args: list[str] = field(default_factory=list)
-    server_uri: str | None = None  # a server already running, instead of starting one
-    warmup: bool = True  # one untimed turn per pipeline first
-    realtime_playback: bool = False
-    turn_timeout: float = 120.0
-    room: bool = False  # the satellite process in simulated echoing rooms
 
 
 def configs_for(options: BenchOptions) -> list[Config]:
@@ -165,17 +135,14 @@ def _server_sections(
             sat = _proc(self_after, self_before, count)
             sat["note"] = f"{len(configs)} satellites (one per pipeline) share this process"
             result["processes"]["satellite (bench process)"] = sat
-            if server.log is not None:
-                from . import serverlog
-
-                entries = serverlog.parse(server.log_text())
-                attributed = serverlog.attribute(
-                    turns, entries, serverlog.token_counter(), options.min_clause_chars
+            if server.compute_log is not None:
+                attributed = server_compute.attribute(
+                    turns, server.compute(), options.min_clause_chars
                 )
                 result["meta"]["compute_source"] = (
-                    f"server log: {attributed}/{len(turns)} turns timed by the server itself"
+                    f"compute log: {attributed}/{len(turns)} turns timed by the server itself"
                 )
-            if options.replay or server.log is None:
+            if options.replay or server.compute_log is None:
                 from .compute import replay
 
                 bar = Progress(len(turns), "model compute")
@@ -308,7 +275,7 @@ async def _latency(
     }
     for rig in rigs.values():
         await rig.start()
-    pcm = {u.id: _pcm(u) for u in utterances}
+    pcm = {u.id: u.pcm() for u in utterances}
     if options.warmup:  # one untimed turn per pipeline: first-call costs, VAD state
         for rig in rigs.values():
             await rig.turn(pcm[utterances[0].id], options.turn_timeout)
@@ -336,12 +303,6 @@ async def _latency(
     return turns, audio
 
 
-def _pcm(utterance: corpus_mod.Utterance) -> bytes:
-    from ..audio import float_to_pcm16
-
-    return float_to_pcm16(utterance.samples())
-
-
 def _turn_record(
     config: Config, round_index: int, utterance: corpus_mod.Utterance, outcome: TurnOutcome
 ) -> dict[str, Any]:
@@ -364,9 +325,9 @@ def _turn_record(
     record = outcome.records[0]
     stamps = record["stamps"]
     used = bool(record["speculation"]["used"])
-    stages = report.stages_from_stamps(stamps, used)
+    stages = timing.stages(stamps, used)
     speech_end = outcome.started_at + utterance.speech_end_s
-    stages["e2e_from_speech_end"] = report.ms(speech_end, stamps.get("first_played"))
+    stages["e2e_from_speech_end"] = timing.ms(speech_end, stamps.get("first_played"))
     error = record.get("error")
     if len(outcome.records) > 1:
         error = error or f"the utterance became {len(outcome.records)} turns"
@@ -385,7 +346,7 @@ def _turn_record(
         "stages_ms": stages,
         "stamps": stamps,
         "stamps_from_utterance_start_ms": {
-            key: report.ms(outcome.started_at, value) for key, value in stamps.items()
+            key: timing.ms(outcome.started_at, value) for key, value in stamps.items()
         },
         "speech_end_in_file_ms": round(utterance.speech_end_s * 1000, 1),
         "asr_audio_s": round(len(outcome.audio) / 32000, 2) if outcome.audio else None,

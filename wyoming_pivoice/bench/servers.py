@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import subprocess
 import sys
 import time
@@ -16,12 +15,11 @@ from urllib.parse import urlparse
 
 import psutil
 
+from ..compute_log import Compute, Load, read
 from ..ports import free_port, wait_for_port
 from . import procstats
 
-# The server logs "Loaded <slot name> in <seconds> s" when a model slot has loaded.
-_LOADED = re.compile(r"Loaded (?P<name>.+?) in (?P<seconds>[0-9.]+) s")
-_SLOTS = {"asr": "ASR", "tts": "TTS", "llm": "LLM"}
+MODELS = ("asr", "tts", "llm")  # what our server loads before the bench starts
 
 
 @dataclass
@@ -32,6 +30,7 @@ class Child:
     proc: subprocess.Popen | None
     port: int
     log: Path | None
+    compute_log: Path | None = None  # our server's (--compute-log)
     load_s: dict[str, float] = field(default_factory=dict)
     host: str = "127.0.0.1"
     pid: int | None = None
@@ -53,10 +52,9 @@ class Child:
         except (psutil.Error, OSError):
             return None
 
-    def log_text(self) -> str:
-        if self.log is None or not self.log.is_file():
-            return ""
-        return self.log.read_text(errors="replace")
+    def compute(self) -> list[Load | Compute]:
+        """What its compute log holds so far (nothing for a server we did not start)."""
+        return read(self.compute_log) if self.compute_log is not None else []
 
 
 def attach(uri: str) -> Child:
@@ -123,38 +121,38 @@ def pivoice_server(
 ) -> Iterator[Child]:
     """`wyoming-pivoice server` on loopback without zeroconf, returned once all models loaded."""
     port = free_port()
+    computed = log.with_suffix(".compute.jsonl")
+    computed.unlink(missing_ok=True)  # a workdir reused: only this run's records
     argv = [
         sys.executable,
         "-m",
         "wyoming_pivoice",
-        "--log-clock",
-        "monotonic",  # serverlog lines its entries up with the turns' stamps
         "server",
         "--uri",
         f"tcp://127.0.0.1:{port}",
         "--no-zeroconf",
+        "--compute-log",
+        str(computed),
         *(extra or []),
     ]
     with child("pivoice server", argv, port, log, timeout) as server:
+        server.compute_log = computed
+        proc = server.proc
+        assert proc is not None  # a child we started
         deadline = time.monotonic() + timeout
         while True:
-            server.load_s = load_times(server.log_text())
-            if len(server.load_s) == len(_SLOTS):
+            server.load_s = load_times(server.compute())
+            if len(server.load_s) == len(MODELS):
                 break
-            if server.proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"server did not load its models; see {log}")
             time.sleep(0.1)
         yield server
 
 
-def load_times(log_text: str) -> dict[str, float]:
-    """Model load seconds by engine (asr, tts, llm), from the server's log."""
-    found: dict[str, float] = {}
-    for match in _LOADED.finditer(log_text):
-        for key, prefix in _SLOTS.items():
-            if match["name"].startswith(prefix):
-                found[key] = float(match["seconds"])
-    return found
+def load_times(records: list[Load | Compute]) -> dict[str, float]:
+    """Model load seconds by kind (asr, tts, llm), from a compute log's records."""
+    return {r.kind: r.seconds for r in records if isinstance(r, Load) and r.kind in MODELS}
 
 
 async def warm(uri: str, timeout: float = 300.0) -> None:
@@ -179,11 +177,14 @@ async def warm(uri: str, timeout: float = 300.0) -> None:
         ([Synthesize(text="Ready.").event()], AudioStop.is_type),
         ([Transcript(text="Hello.").event()], HandledStop.is_type),
     ]
-    async with asyncio.timeout(timeout):
+
+    async def ask_each() -> None:
         for events, last in requests:
             async with AsyncClient.from_uri(uri) as client:
                 for event in events:
                     await client.write_event(event)
-                while (event := await client.read_event()) is not None:
-                    if last(event.type) or event.type == "error":
+                while (answer := await client.read_event()) is not None:
+                    if last(answer.type) or answer.type == "error":
                         break
+
+    await asyncio.wait_for(ask_each(), timeout)

@@ -17,41 +17,40 @@ from typing import TYPE_CHECKING, Any
 from . import procstats
 from .progress import Progress
 from .rig import Config, Rig
+from .tables import summarize
 
 if TYPE_CHECKING:
     from .corpus import Utterance
-    from .runner import BenchOptions
+    from .options import BenchOptions
     from .servers import Child
 
 
 def _sample(turn: int, server: Child, began: float, errors: int) -> dict[str, Any]:
     gc.collect()  # count what is really held, not garbage awaiting a collection
-    ours = procstats.sample()
-    theirs = server.sample()
-    return {
+    figures: dict[str, Any] = {
         "turn": turn,
         "seconds": round(time.monotonic() - began, 1),
         "errors": errors,
-        "server": {
-            "rss_mb": round(theirs.rss_mb, 1),
-            "fds": theirs.fds,
-            "threads": theirs.threads,
-            "cpu_s": round(theirs.cpu_s, 1),
-        },
-        "satellite": {
-            "rss_mb": round(ours.rss_mb, 1),
-            "fds": ours.fds,
-            "threads": ours.threads,
-            "cpu_s": round(ours.cpu_s, 1),
-        },
     }
+    theirs = server.sample()  # None: a server we cannot look at (not on this machine)
+    for name, proc in (("server", theirs), ("satellite", procstats.sample())):
+        if proc is not None:
+            figures[name] = {
+                "rss_mb": round(proc.rss_mb, 1),
+                "fds": proc.fds,
+                "threads": proc.threads,
+                "cpu_s": round(proc.cpu_s, 1),
+            }
+    return figures
 
 
 def growth(samples: list[dict[str, Any]], warmup_turns: int) -> dict[str, Any]:
     after = [s for s in samples if s["turn"] >= warmup_turns] or samples[-1:]
     first, last = after[0], samples[-1]
-    out = {}
+    out: dict[str, Any] = {}
     for name in ("server", "satellite"):
+        if name not in last:
+            continue
         start, end = first[name], last[name]
         out[name] = {
             "from_turn": first["turn"],
@@ -68,8 +67,6 @@ def growth(samples: list[dict[str, Any]], warmup_turns: int) -> dict[str, Any]:
 
 
 async def soak(server: Child, utterances: list[Utterance], options: BenchOptions) -> dict:
-    from .runner import _pcm
-
     config = Config(
         "soak",
         f"streaming (speculate {options.speculate_ms} ms)",
@@ -85,7 +82,7 @@ async def soak(server: Child, utterances: list[Utterance], options: BenchOptions
         min_clause_chars=options.min_clause_chars,
     )
     await rig.start()
-    pcm = [_pcm(u) for u in utterances]
+    pcm = [u.pcm() for u in utterances]
     every = max(1, options.soak_every)
     warmup = max(every, options.soak // 10)
     began = time.monotonic()
@@ -114,8 +111,6 @@ async def soak(server: Child, utterances: list[Utterance], options: BenchOptions
             bar.step(f"turn {index + 1}" + (f" error: {problem}" if problem else ""))
     finally:
         await rig.stop()
-    from .report import summarize
-
     return {
         "turns": options.soak,
         "seconds": round(time.monotonic() - began, 1),

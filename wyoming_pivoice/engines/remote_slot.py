@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
+from .. import compute_log
 from ..realtime import Backoff
 from .llm import LlamaChat
 from .remote_llm import RemoteChat, RemoteLlmError
@@ -44,7 +45,6 @@ class RemoteLlmSlot:
         self.fallback = fallback
         self.retry_after_s = retry_after_s
         self._local_until = 0.0  # monotonic time before which the fallback answers directly
-        # "LLM …": the bench reads "Loaded LLM… in X s" from the log as the LLM's load.
         self.name = f"LLM (remote {remote.url})"
         self.load_seconds: float | None = None
         self._probe: asyncio.Task[None] | None = None
@@ -79,6 +79,7 @@ class RemoteLlmSlot:
             probe.model,
             probe.first_piece_s,
         )
+        compute_log.current().record_load("llm", probe.model, self.load_seconds)
 
     @property
     def loaded(self) -> bool:

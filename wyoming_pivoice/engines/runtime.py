@@ -15,6 +15,8 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Generic, TypeVar, cast
 
+from .. import compute_log
+
 _LOGGER = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -24,8 +26,9 @@ _DONE = object()
 
 
 class ModelSlot(Generic[T]):
-    def __init__(self, name: str, loader: Callable[[], T]) -> None:
+    def __init__(self, name: str, loader: Callable[[], T], kind: str | None = None) -> None:
         self.name = name
+        self.kind = kind  # asr, llm or tts: its load goes into the compute log
         self._loader = loader
         self._load_task: asyncio.Future[T] | None = None
         self._lock = asyncio.Lock()
@@ -44,6 +47,9 @@ class ModelSlot(Generic[T]):
         model = self._loader()
         self.load_seconds = time.monotonic() - start
         _LOGGER.info("Loaded %s in %.2f s", self.name, self.load_seconds)
+        if self.kind is not None:
+            log = compute_log.current()
+            log.record_load(self.kind, compute_log.model_name(model), self.load_seconds)
         return model
 
     @property

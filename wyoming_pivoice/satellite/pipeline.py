@@ -292,9 +292,11 @@ class Satellite:
         source: AudioSource | None = None,
         sink: AudioSink | None = None,
         timing: TimingLog | None = None,
+        stages: Stages | None = None,
     ) -> None:
-        """`source`/`sink`/`timing` default to what the settings name; passing them lets a
-        host (the bench) drive the microphone and collect each turn's timing itself."""
+        """`source`/`sink`/`timing`/`stages` default to what the settings name; passing them
+        lets a host (the bench) drive the microphone, collect each turn's timing and keep
+        what the server is sent."""
         if settings.pipeline == "sequential" and settings.vad.speculate_ms:
             # The sequential pipeline is the baseline: no speculation either.
             settings = replace(settings, vad=replace(settings.vad, speculate_ms=0))
@@ -322,8 +324,7 @@ class Satellite:
         self.window = WakeWindow(self.listener, on_wake=on_wake)
         if settings.awake_wav or settings.done_wav:
             _LOGGER.warning("--awake-wav/--done-wav are played in Home Assistant mode only")
-        # The server-facing stages, swappable (e.g. a recording ASR stage in the bench).
-        self.stages = make_stages(settings, self.link)
+        self.stages = stages or make_stages(settings, self.link)
         self.turns = Turns(settings, self.stages, self.player, self.listener.stop)
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from ..engines.asr import AsrSettings
 from ..engines.llm import LlmSettings
@@ -160,6 +161,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="drop a client that takes none of its replies for this long",
     )
 
+    parser.add_argument(
+        "--compute-log",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="append each model load and request's compute time here, as JSON lines "
+        "(what `bench` reads)",
+    )
+
     zeroconf = parser.add_argument_group("discovery")
     zeroconf.add_argument("--no-zeroconf", action="store_true", help="do not advertise over mDNS")
     zeroconf.add_argument("--zeroconf-name", default=None, help="default: pivoice-<hostname>")
@@ -231,8 +241,12 @@ def remote_llm_from_args(args: argparse.Namespace) -> RemoteLlmSettings | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import startup
+    from .. import compute_log, startup
     from .app import serve
 
     settings = settings_from_args(args)
-    return startup.run(lambda: serve(settings))
+    compute_log.open_log(args.compute_log)
+    try:
+        return startup.run(lambda: serve(settings))
+    finally:
+        compute_log.current().close()

@@ -16,6 +16,7 @@ from typing import Any
 
 from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop
 
+from .. import compute_log
 from .connection import Queue, Write
 from .errors import ErrorCode, Owed, RequestError
 from .limits import Limits
@@ -65,10 +66,20 @@ class Conversations:
         store.record(key, text, reply, turn_id)
         await self.write(Handled(text=reply, context=turn_context).event())
         await self.write(HandledStop().event())
+        seconds = time.monotonic() - start
         _LOGGER.info(
             "Answered in %.3f s (first token %.3f s, %d characters)",
-            time.monotonic() - start,
+            seconds,
             first or 0.0,
             len(reply),
+        )
+        tokens_in = output.prompt_tokens  # None unless the local model counted them
+        compute_log.current().record_compute(
+            "llm",
+            output.model,
+            seconds,
+            first=first,
+            tokens_in=tokens_in,
+            tokens_out=None if tokens_in is None else len(pieces),  # llama.cpp: a piece a token
         )
         _LOGGER.debug("Turn %r answered %r", text, reply)

@@ -21,6 +21,8 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from .. import compute_log
+from ..compute_log import model_name
 from ..conversation import ConversationStore, Exchange
 from ..engines.asr import WhisperAsr
 from ..engines.llm import LlamaChat
@@ -45,7 +47,7 @@ def warmed(engine: E) -> E:
 
 def llm_slot(settings: ServerSettings) -> ModelSlot[LlamaChat] | RemoteLlmSlot:
     """The local model, or with --llm-url the remote engine (the local model as its fallback)."""
-    local = ModelSlot("LLM (llama.cpp)", lambda: warmed(LlamaChat(settings.llm)))
+    local = ModelSlot("LLM (llama.cpp)", lambda: warmed(LlamaChat(settings.llm)), "llm")
     remote = settings.remote_llm
     if remote is None:
         return local
@@ -64,8 +66,6 @@ class Services:
     connections: ConnectionTable
     audio_first: AudioFirst = field(default_factory=AudioFirst)
     clients: int = 0  # handlers alive, refused ones included
-    # Count each turn's prompt tokens with the model's tokenizer (for the compute log).
-    count_prompt_tokens: bool = False
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> Services:
@@ -74,8 +74,8 @@ class Services:
         return cls(
             settings=settings,
             description=ServiceDescription.from_settings(settings, answering),
-            asr=ModelSlot("ASR (faster-whisper)", lambda: warmed(WhisperAsr(settings.asr))),
-            tts=ModelSlot("TTS (piper)", lambda: warmed(PiperTts(settings.tts))),
+            asr=ModelSlot("ASR (faster-whisper)", lambda: warmed(WhisperAsr(settings.asr)), "asr"),
+            tts=ModelSlot("TTS (piper)", lambda: warmed(PiperTts(settings.tts)), "tts"),
             llm=llm,
             conversations=ConversationStore(settings.llm.system_prompt),
             connections=ConnectionTable(
@@ -121,8 +121,8 @@ class Services:
         def turn(llm: Any, cancel: threading.Event) -> Any:
             messages = store.prompt(llm, earlier, text, reply_tokens)
             output.model = model_name(llm)
-            if self.count_prompt_tokens and isinstance(llm, LlamaChat):
-                output.prompt_tokens = len(llm.prompt_tokens(messages))
+            # The model's own tokenizer, only while the compute log is written.
+            output.prompt_tokens = compute_log.current().prompt_tokens(llm, messages)
             return llm.stream(messages, cancel=cancel, pause=pause)
 
         output.items = self.llm.stream(turn)
@@ -149,11 +149,6 @@ class Services:
         return Speech(
             model_name(tts), tts.sample_rate, tts.sample_width, tts.channels, pieces, piece_audio
         )
-
-
-def model_name(engine: object) -> str:
-    """An engine's model name (a test's stand-in engine may have none)."""
-    return str(getattr(engine, "name", type(engine).__name__))
 
 
 class Output(Generic[T]):

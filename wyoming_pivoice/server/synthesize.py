@@ -19,6 +19,7 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.event import Event
 from wyoming.tts import SynthesizeStopped
 
+from .. import compute_log
 from ..text import MIN_CLAUSE_CHARS, PhraseSplitter
 from .connection import Queue, Write
 from .errors import ErrorCode, Owed, RequestError
@@ -192,13 +193,17 @@ class Syntheses:
                     await self.write(_chunk(rate, width, channels, chunk, timestamp))
                     samples += len(chunk) // width
         await self.write(AudioStop(timestamp=int(samples * 1000 / rate)).event())
+        seconds = time.monotonic() - start
         _LOGGER.info(
             "Spoke %.2f s of audio in %.3f s (first audio %.3f s, %d characters, %d pieces)",
             samples / rate,
-            time.monotonic() - start,
+            seconds,
             first or 0.0,
             len(text),
             len(speech.pieces),
+        )
+        compute_log.current().record_compute(
+            "tts", speech.model, seconds, first=first, audio_seconds=samples / rate
         )
         _LOGGER.debug("Spoke %r", text)
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from wyoming.asr import Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
 
+from .. import compute_log
 from ..audio import AudioFormatError, StreamingConverter, check_format
 from .connection import Queue, Write
 from .errors import ErrorCode, Owed, RequestError
@@ -140,10 +141,14 @@ class Transcriptions:
         text = " ".join(parts)
         await self.write(Transcript(text=text, language=language).event())
         await self.write(TranscriptStop().event())
+        seconds = time.monotonic() - start
         _LOGGER.info(
             "Transcribed %.2f s of audio in %.3f s (%d characters)",
             audio.size / 16000,
-            time.monotonic() - start,
+            seconds,
             len(text),
+        )
+        compute_log.current().record_compute(
+            "asr", output.model, seconds, audio_seconds=audio.size / 16000
         )
         _LOGGER.debug("Transcript: %r", text)
