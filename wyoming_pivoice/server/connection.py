@@ -28,8 +28,8 @@ from wyoming.error import Error
 from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.server import AsyncEventHandler
 
+from ..framing import BoundedReader
 from .errors import Closing, ErrorCode, Owed, RequestError, ending
-from .limits import BoundedReader
 from .services import Services
 from .slots import Slot
 

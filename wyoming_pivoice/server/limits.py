@@ -1,4 +1,4 @@
-"""The server's limits, all in one place, and the reader that enforces frame sizes.
+"""The server's limits, all in one place (framing.py's reader enforces the frame sizes).
 
 Every refusal sends `error` (for clients that read it) and then ends the client's wait in a
 way Home Assistant understands, since HA ignores `error` (README, *Limits*):
@@ -38,10 +38,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The frame reader is shared with the satellite, which must not import the server.
-from ..framing import MAX_DATA_BYTES, MAX_FRAME_BYTES, BoundedReader
-
-__all__ = ["BoundedReader", "Limits"]
+# The frame sizes live beside the reader, which the satellite shares without importing the server.
+from ..framing import MAX_DATA_BYTES, MAX_FRAME_BYTES
 
 
 @dataclass(frozen=True)
