@@ -12,6 +12,7 @@ from ..engines.remote_llm import FALLBACKS, RemoteLlmSettings
 from ..engines.tts import TtsSettings
 from ..models import EMBEDDED
 from ..settings import DEFAULT_SERVER_URI, ServerSettings, ZeroconfSettings
+from ..startup import server_uri
 from .limits import Limits
 
 
@@ -22,7 +23,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
-        "--uri", default=DEFAULT_SERVER_URI, help="tcp://HOST:PORT, unix://PATH or stdio://"
+        "--uri",
+        type=server_uri,
+        default=DEFAULT_SERVER_URI,
+        help="tcp://HOST:PORT, unix://PATH or stdio://",
     )
 
     asr = parser.add_argument_group("speech to text (faster-whisper)")
