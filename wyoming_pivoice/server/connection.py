@@ -8,9 +8,10 @@ only its own connection, never a model, and is dropped after `limits.write_timeo
 
 Every request gets the answer its client waits for, whatever happens: a refused or failed
 one gets `error` and then the in-band end Home Assistant reads (errors.py). Refusals are
-queued like requests, so they keep the order of replies. A frame we cannot read, a slot
-refused, an idle or too slow client, an eviction: `error`, then close. The limits are
-listed in limits.py; connection slots in slots.py.
+queued like requests, so they keep the order of replies. A frame we cannot read, an idle or
+too slow client, an eviction: `error`, then close. A connection is admitted to a slot only
+once its first request has been read, so a refusal for want of a slot (`busy`) still gets
+its in-band answer before the close. The limits are listed in limits.py; slots in slots.py.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ _NOT_REQUESTS = {"ping", "describe"}
 _RUNS = {"audio", "transcript", "handled"}
 
 Write = Callable[[Event], Awaitable[None]]
+
+SLOW_FRAME_S = 1.0  # a frame still arriving after this, with no request in flight, is evictable
 
 
 @dataclass
@@ -100,13 +103,15 @@ class Connection(AsyncEventHandler):
         )
         self.peer = writer.get_extra_info("peername")
         self.host = str(self.peer[0]) if isinstance(self.peer, tuple) and self.peer else "local"
-        self.slot = Slot(self.host, busy=self._busy, evict=self._evict)
+        self.slot = Slot(self.host, idle=self._evictable, evict=self._evict)
         self.queue = Queue(self.limits.max_pending)
         self._worker: asyncio.Task[None] | None = None
         self._request_deadline: float | None = None  # a request being received must end by then
         self._open_runs: set[str] = set()  # audio/transcript/handled runs started, not stopped
         self._refused = False  # closing on a frame or client we refused
         self._evicted = asyncio.Event()
+        self._blocked = False  # waiting on the client for the next frame's first byte
+        self._frame_since: float | None = None  # when the frame being read began
 
     # ---- what the events mean (handler.py) ------------------------------------------------
 
@@ -118,6 +123,10 @@ class Connection(AsyncEventHandler):
         """What a refused event of this type owes its client (unless its error says)."""
         return Owed.NOTHING
 
+    def is_request(self, event_type: str) -> bool:
+        """An event that asks for work: the first one admits the connection to a slot."""
+        return event_type not in _NOT_REQUESTS
+
     # ---- lifecycle ------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -125,11 +134,11 @@ class Connection(AsyncEventHandler):
         services = self.services
         services.clients += 1
         try:
-            if not services.connections.admit(self.slot):
+            if not services.connections.enter(self.slot):
+                # Only when every waiting connection is mid-frame: nothing can be read here.
                 self._refused = True
                 await self._error(
-                    f"server busy: all {len(services.connections)} connections have a "
-                    "request in flight",
+                    f"server busy: {services.connections.waiting} connections are sending",
                     ErrorCode.BUSY,
                 )
                 return
@@ -175,6 +184,19 @@ class Connection(AsyncEventHandler):
         """A request in flight: being received, queued, running or its replies going out."""
         return not self.queue.idle or self.receiving()
 
+    def _evictable(self) -> bool:
+        """Nothing in flight and nothing to read: blocked on a client that sends nothing,
+        or one whose frame has been trickling in for over SLOW_FRAME_S (slow-loris; a real
+        client's frame takes milliseconds).
+
+        Bytes in the buffer may be a request (its task has not run yet): never evicted.
+        """
+        if self._busy():
+            return False
+        if self._frame_since is not None:
+            return time.monotonic() - self._frame_since > SLOW_FRAME_S
+        return self._blocked and not self.bounded.pending
+
     def _evict(self) -> None:
         """Close this idle connection to make room for another (slots.py)."""
         self._evicted.set()
@@ -212,6 +234,7 @@ class Connection(AsyncEventHandler):
             else:
                 deadline = self.slot.last_request + self.limits.idle_timeout
             try:
+                self._blocked = True
                 return await self._until_evicted(
                     self.bounded.wait_for_frame(), deadline - time.monotonic()
                 )
@@ -226,16 +249,22 @@ class Connection(AsyncEventHandler):
                     continue
                 _LOGGER.info("%s idle for %.0f s, closing", self.peer, self.limits.idle_timeout)
                 raise Closing("idle timeout", ErrorCode.IDLE) from None
+            finally:
+                self._blocked = False
 
     async def _read_event(self) -> Event | None:
         """The next event; None when the connection ends (after `error` if we close it)."""
         try:
             if not await self._wait_for_frame():
                 return None
-            event = await self._until_evicted(
-                async_read_event(self.bounded),  # type: ignore[arg-type]
-                self.limits.frame_timeout,
-            )
+            self._frame_since = time.monotonic()
+            try:
+                event = await self._until_evicted(
+                    async_read_event(self.bounded),  # type: ignore[arg-type]
+                    self.limits.frame_timeout,
+                )
+            finally:
+                self._frame_since = None
         except Closing as err:
             await self._close_with(str(err), err.code)
             return None
@@ -268,7 +297,9 @@ class Connection(AsyncEventHandler):
         if self._worker is not None and self._worker.done():
             return False  # the worker died (client gone while writing)
         event_type = event.type if isinstance(event.type, str) else ""
-        if event_type not in _NOT_REQUESTS:
+        if self.is_request(event_type):
+            if not self.slot.admitted and not await self._admit(event_type):
+                return False
             self.slot.touch()
 
         try:
@@ -291,6 +322,23 @@ class Connection(AsyncEventHandler):
             return False  # gone while we answered it (or dropped for not reading)
         finally:
             self._track_request()
+
+    async def _admit(self, event_type: str) -> bool:
+        """A slot for the connection whose first request is `event_type`; refused (False),
+        the client gets `busy` and the end it waits for, then the connection closes."""
+        table = self.services.connections
+        if table.admit(self.slot):
+            return True
+        # A stream refused at its start ends at once: the connection closes.
+        owed = Owed.STREAM_END if event_type == "synthesize-start" else self.owed_by(event_type)
+        _LOGGER.info("%s: refused %s: every slot has a request in flight", self.peer, event_type)
+        self._refused = True
+        error = RequestError(
+            f"server busy: all {len(table)} connections have a request in flight", ErrorCode.BUSY
+        )
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self._answer(error, owed)
+        return False
 
     def _track_request(self) -> None:
         """A request being received must end within `request_timeout` of its first event."""
