@@ -60,11 +60,17 @@ MAX_DELTA_BYTES = 8 * 1024  # one piece's text: a token is a few bytes
 MAX_LINE_BYTES = 32 * 1024  # one line of a body (an event: a piece in its JSON envelope)
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024  # one HTTP answer (a stream of empty deltas too)
 MAX_MODELS_BYTES = 1024 * 1024  # a list of a thousand models is ~100 KB
-# Bytes per token when the engine offers no tokenizer, measured on SmolLM2's and Qwen's
-# tokenizers over English, German and digits (docs/hardening.md), rounded down: an
-# estimate that overcounts tokens, so the prompt is trimmed early rather than overflowing.
-BYTES_PER_TOKEN = 2.5
-# What a tokenizer-measured ratio is divided by before it is trusted for a new text.
+# Without the engine's tokenizer, tokens are estimated by kind of character, from SmolLM2's
+# tokenizer (docs/hardening.md: English 4.6 bytes a token, German 2.9, French 2.8, emoji
+# 2.1, Chinese 1.7, digits 1.0): a digit or an ASCII sign is a token, other ASCII (letters,
+# spaces) ASCII_PER_TOKEN characters, anything else UTF8_PER_TOKEN bytes; times
+# ESTIMATE_MARGIN. It overcounts English about 1.9 times and undercounts nothing measured.
+ASCII_PER_TOKEN = 2.7
+UTF8_PER_TOKEN = 1.6
+ESTIMATE_MARGIN = 1.1
+BYTES_PER_TOKEN = 2.5  # until the engine's tokenizer has measured its own ratio
+# What a tokenizer-measured ratio is divided by before it is trusted for a new text (the
+# exact count then checks the prompt before it is sent, `fit`).
 RATIO_MARGIN = 1.15
 # Engines that end a running stream when a new request arrives (llama-cpp-python's server
 # by default) take one turn at a time; those that queue or batch (llama-server's slots,
@@ -201,8 +207,12 @@ class RemoteChat:
         """The prompt's tokens, estimated from its UTF-8 bytes at `bytes_per_token` (the
         engine's tokenizer measures it where it offers one, `measure`; else a ratio that
         overcounts), plus each message's template markers."""
-        size = sum(len(control.escape(m["content"]).encode("utf-8")) for m in messages)
-        return math.ceil(size / self.bytes_per_token) + TEMPLATE_TOKENS * len(messages) + 2
+        texts = [control.escape(m["content"]) for m in messages]
+        if self._tokenize:  # measured on this engine: its ratio
+            tokens = sum(len(t.encode("utf-8")) for t in texts) / self.bytes_per_token
+        else:
+            tokens = sum(estimate_tokens(t) for t in texts)
+        return math.ceil(tokens) + TEMPLATE_TOKENS * len(messages) + 2
 
     async def exact_tokens(self, messages: list[Message]) -> int | None:
         """The prompt's tokens by the engine's own tokenizer (its contents, plus each
@@ -501,6 +511,14 @@ class RemoteChat:
         else:
             text = f"{where} failed ({when}): {type(err).__name__}: {_short(str(err))}"
         return RemoteLlmError(text, started, cut)
+
+
+def estimate_tokens(text: str) -> float:
+    """Tokens `text` takes on a tokenizer we cannot ask, by kind of character (above)."""
+    signs = sum(1 for c in text if c.isascii() and not c.isalpha() and not c.isspace())
+    other_ascii = sum(1 for c in text if c.isascii()) - signs
+    wide = len(text.encode("utf-8")) - signs - other_ascii
+    return (signs + other_ascii / ASCII_PER_TOKEN + wide / UTF8_PER_TOKEN) * ESTIMATE_MARGIN
 
 
 def _model_list(body: bytes) -> tuple[list[str], str]:
