@@ -13,8 +13,10 @@ log line, never silently.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 
 import httpx2
 import pytest
@@ -117,3 +119,68 @@ async def test_the_engines_tokenizer_counts_the_prompt(
     assert "kept its last" in caplog.text
     exact = await remote.exact_tokens(fitted)
     assert exact is not None and exact <= 2048 - 256
+
+
+async def _outcome(port: int, text: str) -> str:
+    try:
+        await turn(port, text)
+        return "handled"
+    except AssertionError:
+        return "failed"
+
+
+async def _figures(engine: LlamaServer, starts: int, rounds: int) -> None:
+    """Start-up race and two clients at once, scheduled (concurrency 0: from the engine)
+    and, as the baseline, unscheduled (concurrency 4: the engine takes every request)."""
+    for concurrency in (0, 4):
+        results = []
+        for _ in range(starts):
+            services = services_for(engine)
+            remote = services.settings.remote_llm
+            assert remote is not None and isinstance(services.llm, RemoteLlmSlot)
+            services.llm.remote.settings = replace(remote, concurrency=concurrency)
+            async with in_process_server(services) as port:
+                services.llm.start_loading()
+                results.append(await _outcome(port, LONG))
+                assert services.llm._probe is not None
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(services.llm._probe, 240)
+        pairs = []
+        services = services_for(engine)
+        assert isinstance(services.llm, RemoteLlmSlot)
+        services.llm.remote.settings = replace(
+            services.llm.remote.settings, concurrency=concurrency
+        )
+        async with in_process_server(services) as port:
+            services.llm.start_loading()
+            assert services.llm._probe is not None
+            await asyncio.wait_for(services.llm._probe, 240)
+            for _ in range(rounds):
+                pairs += await asyncio.gather(_outcome(port, LONG), _outcome(port, "Hi there!"))
+        print(
+            f"--llm-concurrency {concurrency}: a turn at start-up handled in "
+            f"{results.count('handled')} of {starts} starts; two clients at once: "
+            f"{pairs.count('handled')} of {len(pairs)} turns handled"
+        )
+
+
+def main() -> int:
+    """`python -m tests.test_remote_llm_engine [starts] [rounds]`"""
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    starts = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = LlamaServer(Path(tmp) / "llama_server.log", interrupt=True)
+        engine.start()
+        try:
+            asyncio.run(_figures(engine, starts, rounds))
+        finally:
+            engine.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -310,3 +310,59 @@ async def test_control_tokens_go_out_escaped_and_are_stored_escaped() -> None:
         ]  # fmt: skip
         (stored,) = services.conversations._histories.values()
         assert "<|im_start|>" not in stored.turns[0][0] and "Bahrain" in stored.turns[0][0]
+
+
+async def _figures() -> None:
+    """Each hostile engine behind an in-process server, as Home Assistant meets it."""
+    for mode in ("never-ending", "flood", "huge-piece", "empty"):
+        async with HostileEngine(mode) as engine:
+            remote = RemoteLlmSettings(url=engine.url, model="m")  # the default 15 s timeout
+            services = Services.from_settings(ServerSettings(remote_llm=remote))
+            before = rss()
+            async with in_process_server(services) as port:
+                async with AsyncTcpClient("127.0.0.1", port) as client:
+                    start = time.monotonic()
+                    await client.write_event(turn_event("Hi"))
+                    replies = await read_until(client, "handled", "not-handled", timeout=120)
+                    seconds = time.monotonic() - start
+                size = sum(len(json.dumps(e.data)) for e in replies)
+                print(
+                    f"{mode:12s}: {replies[-1].type} after {seconds:.1f} s, "
+                    f"{sum(e.type == 'handled-chunk' for e in replies)} pieces, {size} bytes "
+                    f"to the client; engine wrote {engine.sent / 1e6:.1f} MB, stream closed: "
+                    f"{engine.closed.is_set()}; RSS {(rss() - before) / 2**20:+.0f} MiB"
+                )
+    async with HostileEngine("empty") as engine:
+        remote = RemoteLlmSettings(url=engine.url, model="m")
+        services = Services.from_settings(ServerSettings(remote_llm=remote))
+        async with in_process_server(services) as port:
+            client = AsyncTcpClient("127.0.0.1", port)
+            await client.connect()
+            await client.write_event(turn_event("Hi"))
+            await read_until(client, "handled-start")
+            await client.disconnect()
+            left = time.monotonic()
+            await asyncio.wait_for(engine.closed.wait(), 120)
+            print(f"empty deltas, client gone: stream closed {time.monotonic() - left:.1f} s later")
+    async with HostileEngine(models=_models(43 * 1024 * 1024 // 460)) as engine:
+        remote = RemoteLlmSettings(url=engine.url, model="m")
+        services = Services.from_settings(ServerSettings(remote_llm=remote))
+        assert isinstance(services.llm, RemoteLlmSlot)
+        before = rss()
+        async with in_process_server(services) as port:
+            services.llm.start_loading()
+            worst = 0.0
+            for _ in range(10):
+                async with AsyncTcpClient("127.0.0.1", port) as client:
+                    start = time.monotonic()
+                    await client.write_event(Describe().event())
+                    await read_until(client, "info", timeout=60)
+                    worst = max(worst, time.monotonic() - start)
+        print(
+            f"43 MB /models at start: 10 describes, slowest {worst * 1000:.0f} ms; "
+            f"RSS {(rss() - before) / 2**20:+.0f} MiB"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(_figures())

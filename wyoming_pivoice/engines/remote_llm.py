@@ -92,10 +92,13 @@ class RemoteLlmSettings:
 class RemoteLlmError(Exception):
     """A turn the remote engine did not answer; the text says why, for the error event."""
 
-    def __init__(self, text: str, started: bool, cut: bool = False) -> None:
+    def __init__(
+        self, text: str, started: bool, cut: bool = False, status: int | None = None
+    ) -> None:
         super().__init__(text)
         self.started = started  # some of the reply had already come
         self.cut = cut  # the stream broke off (not a timeout or an error status): retry
+        self.status = status  # the HTTP status the engine answered, if that was the fault
 
 
 class TooLarge(Exception):
@@ -232,6 +235,7 @@ class RemoteChat:
         if self._tokenize == "":
             return None
         paths = [self._tokenize] if self._tokenize else ["/tokenize", "/extras/tokenize/count"]
+        answered = True  # every path answered (an error status): the engine has none
         for path in paths:
             body = {"content": text} if path == "/tokenize" else {"input": text}
             if self._model:
@@ -239,18 +243,17 @@ class RemoteChat:
             try:
                 data = json.loads(await self._request("POST", self.root + path, body, 1 << 20))
                 count = len(data["tokens"]) if path == "/tokenize" else int(data["count"])
-            except (RemoteLlmError, ValueError, KeyError, TypeError):
+            except RemoteLlmError as err:
+                answered = answered and err.status is not None
+                continue
+            except (ValueError, KeyError, TypeError):
                 continue
             if self._tokenize is None:
                 _LOGGER.info("Remote LLM at %s: prompts counted by its %s", self.url, path)
             self._tokenize = path
             return count
-        if self._tokenize is None:
-            _LOGGER.info(
-                "Remote LLM at %s offers no tokenizer: prompts estimated at %.1f bytes a token",
-                self.url,
-                self.bytes_per_token,
-            )
+        if self._tokenize is None and answered:  # (an engine down is asked again next time)
+            _LOGGER.info("Remote LLM at %s offers no tokenizer: prompts are estimated", self.url)
             self._tokenize = ""
         return None
 
@@ -272,6 +275,7 @@ class RemoteChat:
                         f"remote LLM at {self.url} answered HTTP {response.status_code} "
                         f"to {method} {url}",
                         started=False,
+                        status=response.status_code,
                     )
         except RemoteLlmError:
             raise
