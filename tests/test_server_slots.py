@@ -21,9 +21,9 @@ from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.info import Describe
 from wyoming.ping import Ping
 
-from wyoming_pivoice.server.connection import SLOW_FRAME_S
-from wyoming_pivoice.server.errors import ErrorCode
 from wyoming_pivoice.server.slots import LOBBY_GRACE_S, LOBBY_PER_SLOT
+from wyoming_pivoice.wire.errors import ErrorCode
+from wyoming_pivoice.wire.hardened import SLOW_FRAME_S
 
 from .helpers import (
     AUDIO,
@@ -183,7 +183,7 @@ async def test_admitted_slow_lorises_are_evicted(slots_port: int) -> None:
         writer.write(b'{"type": "synth')
         lorises.append((reader, writer))
     try:
-        await asyncio.sleep(SLOW_FRAME_S)  # the frames are slow from here on (connection.py)
+        await asyncio.sleep(SLOW_FRAME_S)  # the frames are slow from here on (wire/hardened.py)
         assert served(await real_request(slots_port, "127.0.0.4"))
         codes = [await read_until_closed(reader, FRAME + 10) for reader, _w in lorises]
         assert [ErrorCode.EVICTED] in codes, codes

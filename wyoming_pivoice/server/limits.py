@@ -1,4 +1,4 @@
-"""The server's limits, all in one place (framing.py's reader enforces the frame sizes).
+"""The server's limits, all in one place (wire/framing.py's reader enforces the frame sizes).
 
 Every refusal sends `error` (for clients that read it) and then ends the client's wait in a
 way Home Assistant understands, since HA ignores `error` (README, *Limits*):
@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The frame sizes live beside the reader, which the satellite shares without importing the server.
-from ..framing import MAX_DATA_BYTES, MAX_FRAME_BYTES
+from ..wire.framing import MAX_DATA_BYTES, MAX_FRAME_BYTES
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Reading Wyoming frames from an untrusted peer: block sizes checked before reading.
 
-Used by the server and the Home Assistant satellite alike (server/limits.py's README
-section describes the refusals).
+Used by the server and the Home Assistant satellite alike (server/limits.py describes the
+refusals).
 """
 
 from __future__ import annotations
