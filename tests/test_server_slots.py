@@ -104,6 +104,10 @@ async def test_idle_connections_hold_no_slot(slots_port: int) -> None:
     lobby = SLOTS * LOBBY_PER_SLOT
     idle = [await connect(slots_port, f"127.0.0.{2 + i % 2}") for i in range(lobby + 4)]
     try:
+        for reader, writer in idle:  # each one's place made on the server (a ping buys none)
+            await async_write_event(Ping().event(), writer)
+            async with asyncio.timeout(30):
+                assert (await async_read_event(reader)).type == "pong"
         await asyncio.sleep(LOBBY_GRACE_S)  # old enough to be closed for room (slots.py)
         # Four newcomers at once, each finding the lobby full, then more one by one.
         newcomers = (real_request(slots_port, f"127.0.0.{4 + i}") for i in range(4))

@@ -158,6 +158,9 @@ class Connection(HardenedConnection):
         """A request in flight: being received, queued, running or its replies going out."""
         return not self.queue.idle or self.receiving()
 
+    def eviction_undone(self) -> None:
+        self.services.connections.readmit(self.slot)
+
     # ---- reading, with its deadlines (the reading itself: wire/hardened.py) ---------------
 
     def next_frame_deadline(self) -> float:

@@ -103,6 +103,15 @@ class ConnectionTable:
         self._slots.append(slot)
         return True
 
+    def readmit(self, slot: Slot) -> None:
+        """An evicted connection whose next frame arrived as it was evicted keeps its place
+        (one over the limit until a connection ends): a request is never evicted."""
+        if slot.admitted and slot not in self._slots:
+            self._slots.append(slot)
+            self.evictions -= 1
+        elif not slot.admitted and slot not in self._lobby:
+            self._lobby.append(slot)
+
     def release(self, slot: Slot) -> None:
         for place in (self._slots, self._lobby):
             if slot in place:

@@ -94,6 +94,10 @@ class HardenedConnection(AsyncEventHandler):
         """Close this connection at its next wait, to make room for another."""
         self._evicted.set()
 
+    def eviction_undone(self) -> None:
+        """The peer's next frame arrived in the same instant as its eviction: it is kept
+        (the subclass gives its place back)."""
+
     async def until_closed(self, waiting: Awaitable[T], timeout: float) -> T:
         """`waiting`, unless the connection is evicted first (Closing) or `timeout` passes."""
         task = asyncio.ensure_future(waiting)
@@ -122,13 +126,20 @@ class HardenedConnection(AsyncEventHandler):
             deadline = self.next_frame_deadline()
             try:
                 self._blocked = True
-                return await self.until_closed(
+                began = await self.until_closed(
                     self.bounded.wait_for_frame(), deadline - time.monotonic()
                 )
             except asyncio.TimeoutError:
                 self.frame_missed()
+                continue
             finally:
                 self._blocked = False
+            if began and self._evicted.is_set():
+                # Its bytes came in the same loop turn as the eviction: a request may be
+                # among them, and no request is evicted.
+                self._evicted.clear()
+                self.eviction_undone()
+            return began
 
     async def read_event_bounded(self) -> Event | None:
         """The next event; None when the connection ends (after `error` if we close it)."""
