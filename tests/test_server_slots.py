@@ -336,6 +336,33 @@ async def test_clients_of_one_address_taking_turns_are_never_refused(slots_port:
     assert all(outcome == "answered" for outcomes in results for outcome in outcomes), results
 
 
+async def test_a_refused_transcription_is_let_finish_sending(slots_port: int) -> None:
+    """Every slot busy: Home Assistant's STT, which writes all its audio before it reads,
+    gets `busy` and an empty transcript at once, and its audio is read to its end (not reset
+    mid-stream after the one-second linger); then the connection closes."""
+    held = [await hold_busy_from(slots_port, f"127.0.0.{2 + i % 2}") for i in range(SLOTS)]
+    try:
+        reader, writer = await connect(slots_port, "127.0.0.6")
+        writer.write(encode("transcribe", {"language": "en"}, None))
+        writer.write(encode("audio-start", AUDIO, None))
+        async with asyncio.timeout(10):
+            error = await async_read_event(reader)
+            transcript = await async_read_event(reader)
+        assert error.data["code"] == ErrorCode.BUSY and transcript.type == "transcript"
+        for _ in range(3):  # HA's pace: the microphone's, past the server's linger
+            await asyncio.sleep(0.6)
+            writer.write(encode("audio-chunk", AUDIO, PCM_SECOND))
+            await writer.drain()
+        writer.write(encode("audio-stop", {}, None))
+        await writer.drain()
+        async with asyncio.timeout(10):
+            assert await reader.read() == b""  # closed after the audio's end, not reset
+        writer.close()
+    finally:
+        for held_writer in held:
+            held_writer.close()
+
+
 async def _lockout_figures(port: int) -> None:
     async def describe() -> tuple[str, float]:
         start = time.monotonic()

@@ -105,6 +105,7 @@ class Connection(HardenedConnection):
         self._worker: asyncio.Task[None] | None = None
         self._request_deadline: float | None = None  # a request being received must end by then
         self._open_runs: set[str] = set()  # audio/transcript/handled runs started, not stopped
+        self._draining = False  # refused `busy`: the client's audio is dropped until its end
 
     # ---- what the events mean (handler.py) ------------------------------------------------
 
@@ -188,12 +189,21 @@ class Connection(HardenedConnection):
         event = await self.read_event_bounded()
         if event is None:
             return False
+        if self._draining:
+            return event.type != "audio-stop"  # the refused audio's end: now close
         if self._worker is not None and self._worker.done():
             return False  # the worker died (client gone while writing)
         event_type = event.type if isinstance(event.type, str) else ""
         if self.is_request(event_type):
             if not self.slot.admitted and not await self._admit(event_type):
-                return False
+                if self.owed_by(event_type) is not Owed.TRANSCRIPT or event_type == "audio-stop":
+                    return False
+                # Home Assistant writes all its audio before it reads: a close now would
+                # reset it mid-stream. Its audio is read and dropped until audio-stop (within
+                # the request deadline); the empty transcript already waits in its buffer.
+                self._draining = True
+                self._request_deadline = time.monotonic() + self.limits.request_timeout
+                return True
             self.slot.touch()
 
         try:
