@@ -15,53 +15,129 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
 from .. import compute_log
 from ..compute_log import model_name
 from ..conversation import ConversationStore, Exchange
-from ..engines.asr import WhisperAsr
-from ..engines.llm import LlamaChat
+from ..engines import registry
 from ..engines.priority import AudioFirst
+from ..engines.protocols import (
+    ChatEngine,
+    EngineDescription,
+    Message,
+    PromptBuilder,
+    SpeechToText,
+    TextToSpeech,
+)
 from ..engines.remote_llm import RemoteChat
 from ..engines.remote_slot import RemoteLlmSlot
 from ..engines.runtime import ModelSlot
-from ..engines.tts import PiperTts
 from ..settings import ServerSettings
 from .info import ServiceDescription
 from .slots import ConnectionTable
 
-E = TypeVar("E", WhisperAsr, PiperTts, LlamaChat)
 T = TypeVar("T")
 
 
-def warmed(engine: E) -> E:
-    """Loading includes one warm-up call: the first real request should not pay first-run costs."""
+def loaded(kind: str, settings: Any) -> Any:
+    """The registry's engine for these settings, warmed up: loading includes one call, so the
+    first real request does not pay first-run costs."""
+    engine = registry.load(kind, settings)
     engine.warm_up()
     return engine
 
 
-def llm_slot(settings: ServerSettings) -> ModelSlot[LlamaChat] | RemoteLlmSlot:
+class _Streaming(Protocol):
+    """A slot that streams fn(engine, cancel): ModelSlot (a blocking engine, in a thread)
+    or RemoteLlmSlot (the remote engine's async stream, or its local fallback's)."""
+
+    name: str
+
+    @property
+    def loaded(self) -> bool: ...
+
+    def start_loading(self) -> Any: ...
+
+    def stream(self, fn: Callable[[Any, threading.Event], Any]) -> AsyncGenerator[str, None]: ...
+
+
+class SlotChat:
+    """The one async ChatEngine the server holds, over the local llama.cpp engine (sync,
+    in its ModelSlot) or the remote one (async, in RemoteLlmSlot): both engines take
+    `stream(messages, max_tokens, cancel, pause)`, and each slot drives what its engine
+    returns. The prompt is fitted where the engine is held (conversation.py)."""
+
+    def __init__(self, slot: _Streaming) -> None:
+        self.slot = slot
+
+    @property
+    def name(self) -> str:
+        return self.slot.name
+
+    @property
+    def loaded(self) -> bool:
+        return self.slot.loaded
+
+    def start_loading(self) -> None:
+        self.slot.start_loading()
+
+    def reply(
+        self,
+        prompt: PromptBuilder,
+        max_tokens: int | None = None,
+        pause: Callable[[], None] | None = None,
+        on_prompt: Callable[[Any, list[Message]], None] | None = None,
+    ) -> AsyncIterator[str]:
+        def turn(engine: Any, cancel: threading.Event) -> Any:
+            messages = prompt(engine)
+            if on_prompt is not None:
+                on_prompt(engine, messages)
+            return engine.stream(messages, max_tokens, cancel=cancel, pause=pause)
+
+        return self.slot.stream(turn)
+
+
+def chat_engine(settings: ServerSettings) -> ChatEngine:
     """The local model, or with --llm-url the remote engine (the local model as its fallback)."""
-    local = ModelSlot("LLM (llama.cpp)", lambda: warmed(LlamaChat(settings.llm)), "llm")
+    local = ModelSlot(f"LLM ({settings.llm.engine})", lambda: loaded("chat", settings.llm), "llm")
+    remote = settings.remote_llm
+    if remote is None:
+        return SlotChat(local)
+    fallback = local if remote.fallback == "local" else None
+    return SlotChat(RemoteLlmSlot(RemoteChat(remote, settings.llm), fallback))
+
+
+def chat_description(settings: ServerSettings) -> EngineDescription:
+    local = registry.describe("chat", settings.llm)
     remote = settings.remote_llm
     if remote is None:
         return local
-    fallback = local if remote.fallback == "local" else None
-    return RemoteLlmSlot(RemoteChat(remote, settings.llm), fallback)
+    text = f"the OpenAI-compatible engine at {remote.url}"
+    if remote.fallback == "local":
+        text += f" (the local {local.model} answers while it cannot)"
+    return EngineDescription(
+        kind="chat",
+        engine="openai-compatible",
+        model=remote.model or "remote",
+        languages=local.languages,
+        attribution="wyoming-pivoice",
+        url="https://github.com/wyoming-pivoice",
+        description=text,
+    )
 
 
 @dataclass
 class Services:
     settings: ServerSettings
     description: ServiceDescription
-    asr: ModelSlot[WhisperAsr]
-    tts: ModelSlot[PiperTts]
-    llm: ModelSlot[LlamaChat] | RemoteLlmSlot
+    asr: ModelSlot[SpeechToText]
+    tts: ModelSlot[TextToSpeech]
+    llm: ChatEngine
     conversations: ConversationStore
     connections: ConnectionTable
     audio_first: AudioFirst = field(default_factory=AudioFirst)
@@ -69,13 +145,20 @@ class Services:
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> Services:
-        llm = llm_slot(settings)
-        answering = (lambda: llm.answering) if isinstance(llm, RemoteLlmSlot) else None
+        llm = chat_engine(settings)
+        slot = llm.slot if isinstance(llm, SlotChat) else None
+        answering = (lambda: slot.answering) if isinstance(slot, RemoteLlmSlot) else None
+        asr, tts = settings.asr, settings.tts
         return cls(
             settings=settings,
-            description=ServiceDescription.from_settings(settings, answering),
-            asr=ModelSlot("ASR (faster-whisper)", lambda: warmed(WhisperAsr(settings.asr)), "asr"),
-            tts=ModelSlot("TTS (piper)", lambda: warmed(PiperTts(settings.tts)), "tts"),
+            description=ServiceDescription(
+                asr=registry.describe("asr", asr),
+                voice=registry.describe("tts", tts),
+                llm=chat_description(settings),
+                answering=answering,
+            ),
+            asr=ModelSlot(f"ASR ({asr.engine})", lambda: loaded("asr", asr), "asr"),
+            tts=ModelSlot(f"TTS ({tts.engine})", lambda: loaded("tts", tts), "tts"),
             llm=llm,
             conversations=ConversationStore(settings.llm.system_prompt),
             connections=ConnectionTable(
@@ -103,7 +186,7 @@ class Services:
         """The text of each decoded segment of 16 kHz mono float32 `audio`."""
         output: Output[str] = Output()
 
-        def segments(asr: WhisperAsr, cancel: threading.Event) -> Iterator[str]:
+        def segments(asr: SpeechToText, cancel: threading.Event) -> Iterator[str]:
             output.model = model_name(asr)
             return asr.segments(audio, language, cancel)
 
@@ -118,14 +201,15 @@ class Services:
         store = self.conversations
         output: Output[str] = Output()
 
-        def turn(llm: Any, cancel: threading.Event) -> Any:
-            messages = store.prompt(llm, earlier, text, reply_tokens)
-            output.model = model_name(llm)
-            # The model's own tokenizer, only while the compute log is written.
-            output.prompt_tokens = compute_log.current().prompt_tokens(llm, messages)
-            return llm.stream(messages, cancel=cancel, pause=pause)
+        def prompt(engine: Any) -> list[Message]:
+            return store.prompt(engine, earlier, text, reply_tokens)
 
-        output.items = self.llm.stream(turn)
+        def on_prompt(engine: Any, messages: list[Message]) -> None:
+            output.model = model_name(engine)
+            # The model's own tokenizer, only while the compute log is written.
+            output.prompt_tokens = compute_log.current().prompt_tokens(engine, messages)
+
+        output.items = self.llm.reply(prompt, pause=pause, on_prompt=on_prompt)
         return output
 
     async def speech(self, text: str, speaker: str | None, key: str, began: float) -> Speech:
@@ -140,7 +224,7 @@ class Services:
             raise UnknownSpeaker(str(err)) from err
         pieces = await self.tts.run(lambda engine: engine.pieces(text))
 
-        def speak(engine: PiperTts, cancel: threading.Event, piece: str) -> Iterator[bytes]:
+        def speak(engine: TextToSpeech, cancel: threading.Event, piece: str) -> Iterator[bytes]:
             return self.audio_first.while_speaking(engine.speak(piece, speaker, cancel), key, began)
 
         def piece_audio(piece: str) -> AsyncGenerator[bytes, None]:
@@ -158,17 +242,18 @@ class Output(Generic[T]):
     """
 
     def __init__(self) -> None:
-        self.items: AsyncGenerator[T, None] | None = None
+        self.items: AsyncIterator[T] | None = None
         self.model = "?"  # the engine's model name, known once the engine has the request
         self.prompt_tokens: int | None = None  # an LLM prompt's, by its own tokenizer
 
-    def __aiter__(self) -> AsyncGenerator[T, None]:
+    def __aiter__(self) -> AsyncIterator[T]:
         assert self.items is not None
         return self.items
 
     async def aclose(self) -> None:
-        if self.items is not None:
-            await self.items.aclose()
+        close = getattr(self.items, "aclose", None)  # an async generator's: frees the model
+        if close is not None:
+            await close()
 
 
 class UnknownSpeaker(ValueError):
