@@ -14,6 +14,7 @@ here and know nothing of model APIs; the scheduling is decided here:
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,17 +38,25 @@ from ..engines.protocols import (
 from ..engines.remote_llm import RemoteChat
 from ..engines.remote_slot import RemoteLlmSlot
 from ..engines.runtime import ModelSlot
+from ..models import ModelNotFoundError
 from ..settings import ServerSettings
 from .info import ServiceDescription
 from .slots import ConnectionTable
 
 T = TypeVar("T")
+_LOGGER = logging.getLogger(__name__)
 
 
 def loaded(kind: str, settings: Any) -> Any:
     """The registry's engine for these settings, warmed up: loading includes one call, so the
     first real request does not pay first-run costs."""
-    engine = registry.load(kind, settings)
+    try:
+        engine = registry.load(kind, settings)
+    except ModelNotFoundError as err:
+        # One line a user can act on (offline, a wrong name …); each request for this
+        # model then gets an `error` and its in-band end.
+        _LOGGER.error("Cannot load the %s model: %s", kind, err)
+        raise
     engine.warm_up()
     return engine
 
