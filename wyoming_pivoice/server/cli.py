@@ -35,9 +35,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     models.add_argument(
         "--data-dir",
-        default="",
-        help="where models given by name are downloaded to, once "
-        "(default: $XDG_DATA_HOME/wyoming-pivoice; the add-on: /data)",
+        default=os.environ.get("PIVOICE_DATA_DIR", ""),
+        help="where models given by name are downloaded to, once ($PIVOICE_DATA_DIR; "
+        "else $XDG_DATA_HOME/wyoming-pivoice; the add-on: /data)",
     )
     models.add_argument(
         "--model-fallback",
