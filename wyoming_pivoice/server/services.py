@@ -158,14 +158,16 @@ class Services:
         slot = llm.slot if isinstance(llm, SlotChat) else None
         answering = (lambda: slot.answering) if isinstance(slot, RemoteLlmSlot) else None
         asr, tts = settings.asr, settings.tts
+        description = ServiceDescription(
+            asr=registry.describe("asr", asr),
+            voice=registry.describe("tts", tts),
+            llm=chat_description(settings),
+            answering=answering,
+        )
+        _warn_language(settings, description)
         return cls(
             settings=settings,
-            description=ServiceDescription(
-                asr=registry.describe("asr", asr),
-                voice=registry.describe("tts", tts),
-                llm=chat_description(settings),
-                answering=answering,
-            ),
+            description=description,
             asr=ModelSlot(f"ASR ({asr.engine})", lambda: loaded("asr", asr), "asr"),
             tts=ModelSlot(f"TTS ({tts.engine})", lambda: loaded("tts", tts), "tts"),
             llm=llm,
@@ -241,6 +243,27 @@ class Services:
 
         return Speech(
             model_name(tts), tts.sample_rate, tts.sample_width, tts.channels, pieces, piece_audio
+        )
+
+
+def _warn_language(settings: ServerSettings, description: ServiceDescription) -> None:
+    """--language asked for what a stage cannot serve: one line that says what to change."""
+    language = settings.language
+    if language is None or language.startswith("en"):
+        return
+    if description.asr.languages == ("en",):
+        _LOGGER.warning(
+            "--language %s: the ASR model %s is English-only; use a multilingual one, "
+            "e.g. --asr-model base",
+            language,
+            description.asr.model,
+        )
+    if not any(v.split("_")[0] == language.split("_")[0] for v in description.voice.languages):
+        _LOGGER.warning(
+            "--language %s: the voice %s speaks %s",
+            language,
+            description.voice.model,
+            ", ".join(description.voice.languages),
         )
 
 
