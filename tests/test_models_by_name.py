@@ -225,3 +225,21 @@ async def test_the_server_offline_without_fallback_says_so_in_one_line(
         assert any(e.type == "error" for e in spoken)
     lines = [line for line in log.read_text().splitlines() if "Cannot load the tts model" in line]
     assert len(lines) == 1 and "rhasspy/piper-voices" in lines[0] and "offline?" in lines[0]
+
+
+def test_doctor_shows_the_catalogue_and_what_a_name_will_download(
+    hub: FakeHub, store: ModelStore
+) -> None:
+    from wyoming_pivoice.doctor.base import Status
+    from wyoming_pivoice.doctor.models import check_catalogue, check_llm, check_voice
+
+    listed = check_catalogue()
+    assert [e["name"] for e in listed.data["entries"]] == [e.name for e in catalogue.ENTRIES]
+    assert all(e["speed_source"] and e["licence"] for e in listed.data["entries"])
+    later = check_llm("qwen2.5-1.5b-instruct-q4_k_m", store)
+    assert later.status is Status.INFO and "downloads it at first start" in later.message
+    assert later.data["bytes"] == 986 * 1000 * 1000
+    models.resolve_llm("qwen2.5-0.5b-instruct-q4_k_m", store)
+    assert check_llm("qwen2.5-0.5b-instruct-q4_k_m", store).status is Status.OK  # no network
+    assert check_voice("zh_CN-huayan-medium", (), store).status is Status.INFO
+    assert check_voice("not a voice", (), store).status is Status.FAIL
