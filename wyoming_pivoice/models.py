@@ -324,14 +324,17 @@ def whisper_folder(name: str, store: ModelStore) -> str:
         raise ModelNotFoundError(
             f"{name!r} is not a faster-whisper model name ({', '.join(sorted(_MODELS))})"
         )
-    files = [hub_file(repo, f, store) for f in _WHISPER_FILES[:1]]
-    for optional in _WHISPER_FILES[1:]:
+    cached = cached_whisper(name, store)
+    if cached is not None:
+        return cached  # model.bin comes last: the set is complete (no network asked)
+    for optional in _WHISPER_FILES[1:]:  # not every repository has each
         with contextlib.suppress(ModelDownloadError):
-            files.append(hub_file(repo, optional, store))
-    return str(files[0].parent)
+            hub_file(repo, optional, store)
+    return str(hub_file(repo, _WHISPER_FILES[0], store).parent)
 
 
-# What faster-whisper's download_model fetches (its allow_patterns), model.bin first.
+# What faster-whisper's download_model fetches (its allow_patterns); model.bin is fetched
+# last, so its presence in the store means the others were fetched before it.
 _WHISPER_FILES = (
     "model.bin",
     "config.json",
@@ -345,13 +348,12 @@ _WHISPER_FILES = (
 def cached_whisper(model: str, store: ModelStore | None = None) -> str | None:
     """The model's folder if it needs no download (embedded, a path, or already in the
     store), else None. No network: for describe."""
-    import huggingface_hub
-
     if model == EMBEDDED:
         return str(EMBEDDED_WHISPER.locate())
     path = Path(model).expanduser()
     if path.exists():
         return str(path)
+    import huggingface_hub  # only for names: its import costs a few tenths of a second
     from faster_whisper.utils import _MODELS
 
     repo = model if "/" in model else _MODELS.get(model)
