@@ -11,8 +11,9 @@ from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.info import Describe
 
 from wyoming_pivoice.conversation import ConversationStore
+from wyoming_pivoice.engines.chat import SlotChat
 from wyoming_pivoice.engines.runtime import ModelSlot
-from wyoming_pivoice.server.services import Services, SlotChat
+from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
 
 from .helpers import exchange, in_process_server

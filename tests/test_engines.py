@@ -13,10 +13,11 @@ from wyoming.event import Event
 from wyoming.info import Describe
 
 from wyoming_pivoice.engines import registry
+from wyoming_pivoice.engines.chat import SlotChat
 from wyoming_pivoice.engines.protocols import EngineDescription, Message, TokenCounter
 from wyoming_pivoice.engines.runtime import ModelSlot
 from wyoming_pivoice.engines.tts import TtsSettings
-from wyoming_pivoice.server.services import Services, SlotChat
+from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
 
 from .helpers import exchange, in_process_server

@@ -18,11 +18,12 @@ from wyoming.event import Event
 from wyoming.info import Describe
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
+from wyoming_pivoice.engines.chat import SlotChat
 from wyoming_pivoice.engines.llm import LlamaChat
 from wyoming_pivoice.engines.runtime import ModelSlot
 from wyoming_pivoice.engines.tts import PiperTts
 from wyoming_pivoice.server.errors import ErrorCode
-from wyoming_pivoice.server.services import Services, SlotChat
+from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
 
 from .helpers import exchange, in_process_server, read_until, turn_event

@@ -18,126 +18,23 @@ import logging
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from .. import compute_log
 from ..compute_log import model_name
 from ..conversation import ConversationStore, Exchange
-from ..engines import registry
+from ..engines import chat, registry
 from ..engines.priority import AudioFirst
-from ..engines.protocols import (
-    ChatEngine,
-    EngineDescription,
-    Message,
-    PromptBuilder,
-    SpeechToText,
-    TextToSpeech,
-)
-from ..engines.remote_llm import RemoteChat
-from ..engines.remote_slot import RemoteLlmSlot
+from ..engines.protocols import ChatEngine, Message, SpeechToText, TextToSpeech, TokenCounter
 from ..engines.runtime import ModelSlot
-from ..models import ModelNotFoundError
 from ..settings import ServerSettings
 from .info import ServiceDescription
 from .slots import ConnectionTable
 
 T = TypeVar("T")
 _LOGGER = logging.getLogger(__name__)
-
-
-def loaded(kind: str, settings: Any) -> Any:
-    """The registry's engine for these settings, warmed up: loading includes one call, so the
-    first real request does not pay first-run costs."""
-    try:
-        engine = registry.load(kind, settings)
-    except ModelNotFoundError as err:
-        # One line a user can act on (offline, a wrong name …); each request for this
-        # model then gets an `error` and its in-band end.
-        _LOGGER.error("Cannot load the %s model: %s", kind, err)
-        raise
-    engine.warm_up()
-    return engine
-
-
-class _Streaming(Protocol):
-    """A slot that streams fn(engine, cancel): ModelSlot (a blocking engine, in a thread)
-    or RemoteLlmSlot (the remote engine's async stream, or its local fallback's)."""
-
-    name: str
-
-    @property
-    def loaded(self) -> bool: ...
-
-    def start_loading(self) -> Any: ...
-
-    def stream(self, fn: Callable[[Any, threading.Event], Any]) -> AsyncGenerator[str, None]: ...
-
-
-class SlotChat:
-    """The one async ChatEngine the server holds, over the local llama.cpp engine (sync,
-    in its ModelSlot) or the remote one (async, in RemoteLlmSlot): both engines take
-    `stream(messages, max_tokens, cancel, pause)`, and each slot drives what its engine
-    returns. The prompt is fitted where the engine is held (conversation.py)."""
-
-    def __init__(self, slot: _Streaming) -> None:
-        self.slot = slot
-
-    @property
-    def name(self) -> str:
-        return self.slot.name
-
-    @property
-    def loaded(self) -> bool:
-        return self.slot.loaded
-
-    def start_loading(self) -> None:
-        self.slot.start_loading()
-
-    def reply(
-        self,
-        prompt: PromptBuilder,
-        max_tokens: int | None = None,
-        pause: Callable[[], None] | None = None,
-        on_prompt: Callable[[Any, list[Message]], None] | None = None,
-    ) -> AsyncIterator[str]:
-        def turn(engine: Any, cancel: threading.Event) -> Any:
-            messages = prompt(engine)
-            if on_prompt is not None:
-                on_prompt(engine, messages)
-            return engine.stream(messages, max_tokens, cancel=cancel, pause=pause)
-
-        return self.slot.stream(turn)
-
-
-def chat_engine(settings: ServerSettings) -> ChatEngine:
-    """The local model, or with --llm-url the remote engine (the local model as its fallback)."""
-    local = ModelSlot(f"LLM ({settings.llm.engine})", lambda: loaded("chat", settings.llm), "llm")
-    remote = settings.remote_llm
-    if remote is None:
-        return SlotChat(local)
-    fallback = local if remote.fallback == "local" else None
-    return SlotChat(RemoteLlmSlot(RemoteChat(remote, settings.llm), fallback))
-
-
-def chat_description(settings: ServerSettings) -> EngineDescription:
-    local = registry.describe("chat", settings.llm)
-    remote = settings.remote_llm
-    if remote is None:
-        return local
-    text = f"the OpenAI-compatible engine at {remote.url}"
-    if remote.fallback == "local":
-        text += f" (the local {local.model} answers while it cannot)"
-    return EngineDescription(
-        kind="chat",
-        engine="openai-compatible",
-        model=remote.model or "remote",
-        languages=local.languages,
-        attribution="wyoming-pivoice",
-        url="https://github.com/wyoming-pivoice",
-        description=text,
-    )
 
 
 @dataclass
@@ -154,22 +51,20 @@ class Services:
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> Services:
-        llm = chat_engine(settings)
-        slot = llm.slot if isinstance(llm, SlotChat) else None
-        answering = (lambda: slot.answering) if isinstance(slot, RemoteLlmSlot) else None
+        llm = chat.engine(settings.llm, settings.remote_llm)
         asr, tts = settings.asr, settings.tts
         description = ServiceDescription(
             asr=registry.describe("asr", asr),
             voice=registry.describe("tts", tts),
-            llm=chat_description(settings),
-            answering=answering,
+            llm=chat.describe(settings.llm, settings.remote_llm),
+            answering=chat.answering(llm),
         )
         _warn_language(settings, description)
         return cls(
             settings=settings,
             description=description,
-            asr=ModelSlot(f"ASR ({asr.engine})", lambda: loaded("asr", asr), "asr"),
-            tts=ModelSlot(f"TTS ({tts.engine})", lambda: loaded("tts", tts), "tts"),
+            asr=ModelSlot(f"ASR ({asr.engine})", lambda: registry.warmed("asr", asr), "asr"),
+            tts=ModelSlot(f"TTS ({tts.engine})", lambda: registry.warmed("tts", tts), "tts"),
             llm=llm,
             conversations=ConversationStore(settings.llm.system_prompt),
             connections=ConnectionTable(
@@ -212,7 +107,7 @@ class Services:
         store = self.conversations
         output: Output[str] = Output()
 
-        def prompt(engine: Any) -> list[Message]:
+        def prompt(engine: TokenCounter) -> list[Message]:
             return store.prompt(engine, earlier, text, reply_tokens)
 
         def on_prompt(engine: Any, messages: list[Message]) -> None:
