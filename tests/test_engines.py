@@ -184,6 +184,6 @@ def test_every_builtin_engine_describes_itself_without_loading() -> None:
     vad = registry.describe("vad", None)
     assert (asr.model, asr.languages) == ("tiny.en", ("en",))
     assert voice.model == "en_US-joe-medium" and voice.sample_rate == 22050
-    assert voice.languages == ("en_US",)
+    assert voice.languages == ("en_US",) and voice.version == "1.0.0"
     assert chat.engine == "llama.cpp" and chat.languages == ("en",)
     assert vad.model == "silero-vad"

@@ -162,7 +162,7 @@ def check_catalogue() -> Finding:
     ]
     return CATALOGUE.finding(
         Status.OK,  # nothing to act on: a list to choose from
-        f"{len(rows)} tested choices by name for --llm-model / --voice / --asr-model "
+        f"{len(rows)} suggested choices by name for --llm-model / --voice / --asr-model "
         "(docs/models.md): " + "; ".join(rows),
         data={
             "entries": [

@@ -95,6 +95,7 @@ class PiperTts:
             attribution="rhasspy",
             url="https://github.com/OHF-Voice/piper1-gpl",
             description=f"Piper {path.stem}",
+            version=config.get("piper_version"),  # the Piper release it was trained with
             speakers=tuple((config.get("speaker_id_map") or {}).keys()),
             sample_rate=int(config["audio"]["sample_rate"]),
         )
