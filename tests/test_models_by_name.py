@@ -4,6 +4,8 @@ huggingface_hub client; download, resume, checksum, offline and fallback."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,14 @@ from wyoming_pivoice.models import ModelDownloadError, ModelStore
 from wyoming_pivoice.ports import free_port
 
 from .fake_hub import FakeHub
-from .helpers import exchange, read_wav, server_process, transcribe_events, words
+from .helpers import (
+    exchange,
+    pivoice_env,
+    read_wav,
+    server_process,
+    transcribe_events,
+    words,
+)
 
 QWEN = catalogue.find("llm", "qwen2.5-0.5b-instruct-q4_k_m")
 assert QWEN is not None
@@ -212,34 +221,20 @@ async def test_the_server_offline_serves_the_embedded_models_when_asked(
 
 
 @pytest.mark.slow
-async def test_the_server_offline_without_fallback_says_so_in_one_line(
+def test_the_server_offline_without_fallback_stops_with_one_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """A voice by name that cannot be downloaded stops the start (exit 1) with one line that
+    says why and what to do, as every model that fails to load (server/app.py)."""
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
-    log = tmp_path / "server.log"
-    with server_process(
-        "--voice", "zh_CN-huayan-medium", "--data-dir", str(tmp_path), log=log
-    ) as port:
-        spoken = await exchange(port, [Synthesize(text="Hello there.").event()], "audio-stop")
-        assert [e.type for e in spoken][-2:] == ["audio-start", "audio-stop"]  # HA is released
-        assert any(e.type == "error" for e in spoken)
-    lines = [line for line in log.read_text().splitlines() if "Cannot load the tts model" in line]
-    assert len(lines) == 1 and "rhasspy/piper-voices" in lines[0] and "offline?" in lines[0]
-
-
-def test_doctor_shows_the_catalogue_and_what_a_name_will_download(
-    hub: FakeHub, store: ModelStore
-) -> None:
-    from wyoming_pivoice.doctor.base import Status
-    from wyoming_pivoice.doctor.models import check_catalogue, check_llm, check_voice
-
-    listed = check_catalogue()
-    assert [e["name"] for e in listed.data["entries"]] == [e.name for e in catalogue.ENTRIES]
-    assert all(e["speed_source"] and e["licence"] for e in listed.data["entries"])
-    later = check_llm("qwen2.5-1.5b-instruct-q4_k_m", store)
-    assert later.status is Status.INFO and "downloads it at first start" in later.message
-    assert later.data["bytes"] == 986 * 1000 * 1000
-    models.resolve_llm("qwen2.5-0.5b-instruct-q4_k_m", store)
-    assert check_llm("qwen2.5-0.5b-instruct-q4_k_m", store).status is Status.OK  # no network
-    assert check_voice("zh_CN-huayan-medium", (), store).status is Status.INFO
-    assert check_voice("not a voice", (), store).status is Status.FAIL
+    result = subprocess.run(
+        [sys.executable, "-m", "wyoming_pivoice", "server", "--no-zeroconf",
+         "--uri", f"tcp://127.0.0.1:{free_port()}", "--llm-lazy",
+         "--voice", "zh_CN-huayan-medium", "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=pivoice_env(),
+    )  # fmt: skip
+    out = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in out, out
+    [line] = [line for line in out.splitlines() if " ERROR " in line]
+    assert "zh_CN-huayan-medium" in line and "unreachable (offline?)" in line, line
+    assert "Ready" not in out

@@ -161,9 +161,12 @@ def hub_file(repo: str, filename: str, store: ModelStore, revision: str = "main"
 
     what = f"{repo}:{filename}"
     cache = store.cache
-    cached = huggingface_hub.try_to_load_from_cache(
-        repo, filename, cache_dir=cache, revision=revision
-    )
+    try:
+        cached = huggingface_hub.try_to_load_from_cache(
+            repo, filename, cache_dir=cache, revision=revision
+        )
+    except errors.HFValidationError as err:
+        raise ModelNotFoundError(f"{what} is not a Hugging Face repository and file") from err
     if isinstance(cached, str) and Path(cached).is_file():
         return _checked(Path(cached), what, store)
     endpoint = _endpoint()
@@ -207,10 +210,15 @@ def _reachable(repo: str, filename: str, revision: str, endpoint: str, what: str
     url = huggingface_hub.hf_hub_url(repo, filename, revision=revision, endpoint=endpoint)
     try:
         huggingface_hub.get_hf_file_metadata(url, timeout=HEAD_TIMEOUT_S, endpoint=endpoint)
-    except (httpx2.ConnectError, httpx2.TimeoutException) as err:
+    except (httpx2.ConnectError, httpx2.TimeoutException, errors.OfflineModeIsEnabled) as err:
+        why = (
+            "HF_HUB_OFFLINE is set"
+            if isinstance(err, errors.OfflineModeIsEnabled)
+            else (f"{endpoint} is unreachable (offline?)")
+        )
         raise ModelDownloadError(
-            f"cannot download {what}: {endpoint} is unreachable (offline?). Connect once, or "
-            "put the file in a folder and pass its path"
+            f"cannot download {what}: {why}. Connect once, or put the file in a folder and "
+            "pass its path"
         ) from err
     except (errors.RepositoryNotFoundError, errors.RemoteEntryNotFoundError) as err:
         raise ModelDownloadError(
@@ -223,9 +231,20 @@ def _reachable(repo: str, filename: str, revision: str, endpoint: str, what: str
 HEAD_TIMEOUT_S = 10.0
 
 
+def _in_cache(repo: str, filename: str, store: ModelStore) -> Path | None:
+    """The file if the store has it (no network); None also for a malformed repository name."""
+    import huggingface_hub
+    from huggingface_hub import errors
+
+    try:
+        found = huggingface_hub.try_to_load_from_cache(repo, filename, cache_dir=store.cache)
+    except errors.HFValidationError:
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
 def cached_llm(model: str, store: ModelStore | None = None) -> Path | None:
     """The GGUF file if it needs no download (embedded, a path, in the store), else None."""
-    import huggingface_hub
 
     if model == EMBEDDED:
         return EMBEDDED_LLM.locate()
@@ -235,9 +254,7 @@ def cached_llm(model: str, store: ModelStore | None = None) -> Path | None:
     source = llm_source(model)
     if source is None:
         return None
-    store = store or ModelStore()
-    found = huggingface_hub.try_to_load_from_cache(*source, cache_dir=store.cache)
-    return Path(found) if isinstance(found, str) else None
+    return _in_cache(*source, store or ModelStore())
 
 
 def llm_source(model: str) -> tuple[str, str] | None:
@@ -353,15 +370,14 @@ def cached_whisper(model: str, store: ModelStore | None = None) -> str | None:
     path = Path(model).expanduser()
     if path.exists():
         return str(path)
-    import huggingface_hub  # only for names: its import costs a few tenths of a second
     from faster_whisper.utils import _MODELS
 
     repo = model if "/" in model else _MODELS.get(model)
-    if repo is None:
+    if repo is None or model.startswith((".", "/", "~")):
         return None
     store = store or ModelStore()
-    found = huggingface_hub.try_to_load_from_cache(repo, "model.bin", cache_dir=store.cache)
-    return str(Path(found).parent) if isinstance(found, str) else None
+    found = _in_cache(repo, "model.bin", store)
+    return str(Path(found).parent) if found is not None else None
 
 
 def whisper_name(model: str) -> str:
@@ -434,7 +450,6 @@ def hub_voice(voice: str, store: ModelStore) -> Path:
 
 def cached_voice(voice: str, store: ModelStore | None = None) -> Path | None:
     """A named voice already in the store, without any network (for describe)."""
-    import huggingface_hub
 
     from .catalogue import PIPER_REPO, piper_files
 
@@ -444,8 +459,41 @@ def cached_voice(voice: str, store: ModelStore | None = None) -> Path | None:
         repo, onnx = spec if spec is not None else (PIPER_REPO, piper_files(voice)[0])
     except ValueError:
         return None
-    found = huggingface_hub.try_to_load_from_cache(repo, onnx, cache_dir=store.cache)
-    return Path(found) if isinstance(found, str) else None
+    return _in_cache(repo, onnx, store)
+
+
+def check_names(asr: str, voice: str, voice_dirs: list[Path], llm: str | None) -> None:
+    """Every model option names something that can be had, without any network and without
+    downloading: a path that exists, or a name of the right form (the download, at load,
+    says whether the Hub has it). Raises ModelNotFoundError for the first that cannot."""
+    from faster_whisper.utils import _MODELS
+
+    from .catalogue import piper_files
+
+    if cached_whisper(asr) is None:
+        if asr.startswith((".", "/", "~")):
+            raise ModelNotFoundError(f"Whisper model path {asr} does not exist")
+        if "/" not in asr and asr not in _MODELS:
+            raise ModelNotFoundError(
+                f"{asr!r} is not a faster-whisper model name ({', '.join(sorted(_MODELS))})"
+            )
+    if local_voice(voice, voice_dirs) is None:
+        try:
+            if voice.endswith(".onnx") or voice.startswith((".", "/", "~")):
+                raise ValueError(voice)
+            if hub_spec(voice) is None:
+                piper_files(voice)
+        except ValueError:
+            raise ModelNotFoundError(
+                f"Piper voice {voice!r} not found (a path to an .onnx file with its "
+                ".onnx.json, or a voice name like en_US-lessac-medium)"
+            ) from None
+    local = llm is None or llm == EMBEDDED or Path(llm).expanduser().is_file()
+    if not local and llm_source(llm or "") is None:
+        raise ModelNotFoundError(
+            f"GGUF model {llm!r} not found: give a path to a .gguf file, a catalogue name "
+            "(wyoming-pivoice doctor lists them) or owner/repo:file.gguf"
+        )
 
 
 def resolve_llm(model: str, store: ModelStore | None = None) -> Path:

@@ -52,6 +52,14 @@ class SlotChat:
     def start_loading(self) -> None:
         self.slot.start_loading()
 
+    @property
+    def local(self) -> ModelSlot[Any] | None:
+        """The local model's slot, if one runs here (the remote engine's fallback): what the
+        start waits for before it says ready (server/app.py)."""
+        if isinstance(self.slot, ModelSlot):
+            return self.slot
+        return getattr(self.slot, "fallback", None)
+
     def reply(
         self,
         prompt: PromptBuilder,

@@ -9,13 +9,9 @@ uses it (a satellite imports no engine; the server imports only what it serves).
 from __future__ import annotations
 
 import importlib
-import logging
 from typing import TYPE_CHECKING, Any
 
-from ..models import ModelNotFoundError
 from .protocols import EngineDescription
-
-_LOGGER = logging.getLogger(__name__)
 
 KINDS = ("asr", "tts", "chat", "vad")
 
@@ -77,13 +73,7 @@ def load(kind: str, settings: Any) -> Any:
 
 def warmed(kind: str, settings: Any) -> Any:
     """`load`, then one warm-up call, so the first real request does not pay first-run costs."""
-    try:
-        engine = load(kind, settings)
-    except ModelNotFoundError as err:
-        # One line a user can act on (offline, a wrong name …); each request for this
-        # model then gets an `error` and its in-band end.
-        _LOGGER.error("Cannot load the %s model: %s", kind, err)
-        raise
+    engine = load(kind, settings)  # a failure stops the start in one line (server/app.py)
     engine.warm_up()
     return engine
 

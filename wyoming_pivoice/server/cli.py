@@ -13,6 +13,7 @@ from ..engines.remote_llm import FALLBACKS, RemoteLlmSettings
 from ..engines.tts import TtsSettings
 from ..models import EMBEDDED, ModelStore
 from ..settings import DEFAULT_SERVER_URI, ServerSettings, ZeroconfSettings
+from ..startup import server_uri
 from .limits import Limits
 
 
@@ -23,7 +24,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
-        "--uri", default=DEFAULT_SERVER_URI, help="tcp://HOST:PORT, unix://PATH or stdio://"
+        "--uri",
+        type=server_uri,
+        default=DEFAULT_SERVER_URI,
+        help="tcp://HOST:PORT, unix://PATH or stdio://",
     )
 
     models = parser.add_argument_group("models by name and language")
