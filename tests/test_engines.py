@@ -187,3 +187,17 @@ def test_every_builtin_engine_describes_itself_without_loading() -> None:
     assert voice.languages == ("en_US",) and voice.version == "1.0.0"
     assert chat.engine == "llama.cpp" and chat.languages == ("en",)
     assert vad.model == "silero-vad"
+
+
+def test_program_names_home_assistant_shows_stay_as_they_were() -> None:
+    from wyoming_pivoice.engines.remote_llm import RemoteLlmSettings
+
+    info = Services.from_settings(ServerSettings()).description.info().event().data
+    assert [info[k][0]["name"] for k in ("asr", "tts", "handle")] == [
+        "pivoice-faster-whisper",
+        "pivoice-piper",
+        "pivoice-llama",
+    ]
+    remote = ServerSettings(remote_llm=RemoteLlmSettings(url="http://127.0.0.1:9/v1"))
+    handle = Services.from_settings(remote).description.info().event().data["handle"][0]
+    assert handle["name"] == "pivoice-llama"  # one agent, whichever engine answers

@@ -108,4 +108,5 @@ def describe(llm: LlmSettings, remote: RemoteLlmSettings | None = None) -> Engin
         attribution="wyoming-pivoice",
         url="https://github.com/wyoming-pivoice",
         description=text,
+        program=local.program,  # one conversation agent in Home Assistant, whichever answers
     )

@@ -90,6 +90,7 @@ class LlamaChat:
             attribution="llama.cpp",
             url="https://github.com/ggml-org/llama.cpp",
             description=f"GGUF {name}",
+            program="pivoice-llama",
         )
 
     @property

@@ -37,10 +37,17 @@ class EngineDescription:
     description: str = ""  # one line for people; empty: "<engine> <model>"
     speakers: tuple[str, ...] = ()  # a multi-speaker voice's speaker names
     sample_rate: int = 0  # a voice's output rate (0: not a voice)
+    # The Wyoming program's name, which Home Assistant shows (keep it when an engine is
+    # renamed or swapped); "": pivoice-<engine>.
+    program: str = ""
 
     @property
     def title(self) -> str:
         return self.description or f"{self.engine} {self.model}"
+
+    @property
+    def program_name(self) -> str:
+        return self.program or f"pivoice-{self.engine}"
 
 
 class SpeechToText(Protocol):

@@ -49,7 +49,7 @@ class ServiceDescription:
         return Info(
             asr=[
                 AsrProgram(
-                    name=f"pivoice-{asr.engine}",
+                    name=asr.program_name,
                     description=f"{asr.engine} speech to text on wyoming-pivoice",
                     attribution=_attribution(asr),
                     installed=True,
@@ -69,7 +69,7 @@ class ServiceDescription:
             ],
             tts=[
                 TtsProgram(
-                    name=f"pivoice-{voice.engine}",
+                    name=voice.program_name,
                     description=f"{voice.engine} text to speech on wyoming-pivoice",
                     attribution=_attribution(voice),
                     installed=True,
@@ -90,7 +90,7 @@ class ServiceDescription:
             ],
             handle=[
                 HandleProgram(
-                    name=f"pivoice-{llm.engine}",
+                    name=llm.program_name,
                     description=self._handle_description(),
                     attribution=_attribution(llm),
                     installed=True,
