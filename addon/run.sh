@@ -13,21 +13,34 @@ readonly SATELLITE_PORT=10700
 readonly SHARE_DIR=/share/pivoice
 readonly PIPER_DIR=/share/piper
 
-# Whisper models given by name are downloaded once and kept with the add-on's data.
+# Models given by name are downloaded once and kept with the add-on's data
+# (/data/huggingface, which backups leave out).
 export HF_HOME=/data/huggingface
+export PIVOICE_DATA_DIR=/data
 
 server_args=()
 satellite_args=()
 pids=()
 discovery_pid=""
 
-# An LLM given by file name is looked up in the share folder.
+# An LLM given by file name is looked up in the share folder; a catalogue name or a
+# Hugging Face owner/repo:file is downloaded by the server.
 llm_model_path() {
     local model="$1"
-    if [[ "${model}" == embedded || "${model}" == /* ]]; then
+    if [[ "${model}" == embedded || "${model}" == /* || "${model}" != *.gguf || "${model}" == *:* ]]; then
         printf '%s' "${model}"
     else
         printf '%s/%s' "${SHARE_DIR}" "${model}"
+    fi
+}
+
+# The model from the catalogue list if one is chosen, else the free-form option.
+chosen() {
+    local listed="$1" free="$2"
+    if bashio::config.has_value "${listed}"; then
+        bashio::config "${listed}"
+    else
+        bashio::config "${free}"
     fi
 }
 
@@ -47,24 +60,27 @@ build_server_args() {
         --uri "tcp://0.0.0.0:${SERVER_PORT}"
         # The Supervisor announces the add-on; mDNS too would offer it twice.
         --no-zeroconf
-        --asr-model "$(bashio::config 'asr_model')"
+        --asr-model "$(chosen asr_catalogue asr_model)"
         --asr-language "$(bashio::config 'asr_language')"
         --asr-beam-size "$(bashio::config 'asr_beam_size')"
     )
     add_optional server_args --asr-threads asr_threads
     add_optional server_args --asr-window asr_window
     server_args+=(
-        --voice "$(bashio::config 'voice')"
+        --voice "$(chosen voice_catalogue voice)"
         --voice-dir "${SHARE_DIR}"
         --voice-dir "${PIPER_DIR}"
     )
     add_optional server_args --tts-speaker tts_speaker
     add_optional server_args --tts-length-scale tts_length_scale
     server_args+=(
-        --llm-model "$(llm_model_path "$(bashio::config 'llm_model')")"
+        --llm-model "$(llm_model_path "$(chosen llm_catalogue llm_model)")"
         --llm-context "$(bashio::config 'llm_context')"
     )
     add_optional server_args --llm-threads llm_threads
+    if bashio::config.true 'model_fallback'; then
+        server_args+=(--model-fallback embedded)
+    fi
     server_args+=(
         --max-tokens "$(bashio::config 'max_tokens')"
         --system-prompt "$(bashio::config 'system_prompt')"

@@ -19,6 +19,7 @@ SLOW_FIXTURES = {
     "engine", "running", "pivoice",  # llama.cpp's own server and a server using it
     "bench_result", "corpus_dir",  # the bench; its corpus spoken by espeak-ng
     "dist", "venv", "installed_server",  # a wheel built and installed afresh
+    "hub",  # the stand-in Hugging Face Hub serving the embedded models (downloads, hashes)
 }  # fmt: skip
 # Modules whose tests start server or satellite processes themselves or run real-time rooms:
 # slow whatever their fixtures. (Single slow tests elsewhere carry @pytest.mark.slow.)

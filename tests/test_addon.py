@@ -526,3 +526,35 @@ def test_shellcheck_is_installed_by_script_setup() -> None:
     assert shutil.which("shellcheck")
     setup = (REPO / "script" / "setup").read_text()
     assert re.search(r"^apt_dev=\([^)]*\bshellcheck\b", setup, re.M)
+
+
+def test_catalogue_lists_are_the_packages_catalogue(tmp_path: Path, config: dict[str, Any]) -> None:
+    """The add-on offers the catalogue (wyoming_pivoice/catalogue.py) as lists; a choice
+    there wins over the free-form option, which still takes any name or path."""
+    from wyoming_pivoice import catalogue
+
+    for option, stage in (
+        ("asr_catalogue", "asr"),
+        ("voice_catalogue", "voice"),
+        ("llm_catalogue", "llm"),
+    ):
+        listed = re.fullmatch(r"list\((.*)\)\?", config["schema"][option])
+        assert listed is not None and listed.group(1).split("|") == catalogue.names(stage)
+    options = {
+        **dict(config["options"]),
+        "asr_catalogue": "base",
+        "voice_catalogue": "zh_CN-huayan-medium",
+        "llm_catalogue": "qwen2.5-1.5b-instruct-q4_k_m",
+        "model_fallback": True,
+    }
+    validate_options(config["schema"], options)
+    server, _, _, _ = run_addon(tmp_path, options, satellite=False)
+    assert server[server.index("--asr-model") + 1] == "base"
+    assert server[server.index("--voice") + 1] == "zh_CN-huayan-medium"
+    assert server[server.index("--llm-model") + 1] == "qwen2.5-1.5b-instruct-q4_k_m"
+    assert server[server.index("--model-fallback") + 1] == "embedded"
+    parses(server)
+    hub_file = {**dict(config["options"]), "llm_model": "Qwen/Qwen2.5-0.5B-Instruct-GGUF:q.gguf"}
+    (tmp_path / "free").mkdir()
+    server, _, _, _ = run_addon(tmp_path / "free", hub_file, satellite=False)
+    assert server[server.index("--llm-model") + 1] == "Qwen/Qwen2.5-0.5B-Instruct-GGUF:q.gguf"

@@ -11,6 +11,7 @@ from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.info import Describe
 
 from wyoming_pivoice.conversation import ConversationStore
+from wyoming_pivoice.engines.chat import SlotChat
 from wyoming_pivoice.engines.runtime import ModelSlot
 from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
@@ -124,7 +125,7 @@ async def recording_server() -> AsyncIterator[tuple[RecordingLlm, int]]:
     """A server on loopback whose LLM is a RecordingLlm."""
     llm = RecordingLlm()
     services = Services.from_settings(ServerSettings())
-    services.llm = ModelSlot("recording llm", lambda: llm)
+    services.llm = SlotChat(ModelSlot("recording llm", lambda: llm))
     async with in_process_server(services) as port:
         yield llm, port
 
@@ -152,7 +153,9 @@ async def test_describe_answers_while_models_are_still_loading() -> None:
         return RecordingLlm()
 
     services = Services.from_settings(ServerSettings())
-    services.asr = services.tts = services.llm = ModelSlot("slow", slow_loader)
+    slot = ModelSlot("slow", slow_loader)
+    services.asr = services.tts = slot
+    services.llm = SlotChat(slot)
     services.start_loading()
     async with in_process_server(services) as port:
         try:
@@ -160,13 +163,13 @@ async def test_describe_answers_while_models_are_still_loading() -> None:
             assert info.type == "info" and not services.llm.loaded
             # A request waits for its model instead of failing.
             asked = asyncio.Event()
-            get = services.llm.get
+            get = slot.get
 
             async def get_noted():  # the request has reached its model's slot
                 asked.set()
                 return await get()
 
-            services.llm.get = get_noted  # type: ignore[method-assign]
+            slot.get = get_noted  # type: ignore[method-assign]
             turn = asyncio.create_task(
                 exchange(port, [Event("transcript", {"text": "hello"})], until="handled-stop")
             )

@@ -18,6 +18,7 @@ from wyoming.event import Event
 from wyoming.info import Describe
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
+from wyoming_pivoice.engines.chat import SlotChat
 from wyoming_pivoice.engines.llm import LlamaChat
 from wyoming_pivoice.engines.runtime import ModelSlot
 from wyoming_pivoice.engines.tts import PiperTts
@@ -84,7 +85,7 @@ async def faulty() -> AsyncIterator[tuple[int, Services]]:
     settings = ServerSettings()
     real = Services.from_settings(settings)
     services = Services.from_settings(settings)
-    services.llm = ModelSlot("failing llm", lambda: FailingLlm(LlamaChat(settings.llm)))
+    services.llm = SlotChat(ModelSlot("failing llm", lambda: FailingLlm(LlamaChat(settings.llm))))
     services.tts = ModelSlot("failing tts", lambda: FailingTts(PiperTts(settings.tts)))
     services.asr = real.asr  # loaded only if a test transcribes (none does)
     services.llm.start_loading()
@@ -195,7 +196,9 @@ async def test_model_that_fails_to_load_answers_errors_and_describe_still_works(
         raise EngineFailure("model file is corrupt")
 
     services = Services.from_settings(ServerSettings())
-    services.asr = services.tts = services.llm = ModelSlot("broken", broken)
+    slot = ModelSlot("broken", broken)
+    services.asr = services.tts = slot
+    services.llm = SlotChat(slot)
     services.start_loading()
     async with in_process_server(services) as port:
         for request in (turn_event("Hello."), Synthesize(text="Hello.").event()):

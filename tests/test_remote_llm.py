@@ -206,7 +206,7 @@ async def with_fallback(running: LlamaServer) -> AsyncIterator[tuple[int, Servic
     """An in-process server on the engine with `--llm-fallback local` (no ASR or TTS loaded)."""
     remote = RemoteLlmSettings(url=running.url, timeout=20, fallback="local")
     services = Services.from_settings(ServerSettings(remote_llm=remote))
-    slot = services.llm
+    slot = services.llm.slot  # type: ignore[attr-defined]
     assert isinstance(slot, RemoteLlmSlot)
     slot.retry_after_s = 0.0  # try the engine again at every turn: it is back below
     slot.start_loading()
@@ -222,7 +222,7 @@ async def test_fallback_answers_with_the_local_model_while_the_engine_is_down(
     running: LlamaServer, with_fallback: tuple[int, Services], caplog: pytest.LogCaptureFixture
 ) -> None:
     port, services = with_fallback
-    slot = services.llm
+    slot = services.llm.slot  # type: ignore[attr-defined]
     assert isinstance(slot, RemoteLlmSlot) and slot.fallback is not None
     running.kill()
     async with AsyncTcpClient("127.0.0.1", port) as client:

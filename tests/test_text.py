@@ -5,7 +5,7 @@ from wyoming.tts import SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
 from wyoming_pivoice.text import MAX_PHRASE_CHARS, MIN_CLAUSE_CHARS, PhraseSplitter, split_all
 
-from .helpers import exchange
+from .helpers import exchange, read_until
 
 
 def test_sentences_cut_only_at_sentence_ends() -> None:
@@ -234,3 +234,99 @@ async def test_streaming_synthesis_speaks_one_audio_run_per_sentence(server_port
 
     assert await runs("Dr. Smith lives on Main St.") == 1
     assert await runs("Dr. Smith lives on Main St. in the U.S. He likes it there.") == 2
+
+
+# --- Chinese and Japanese: their own punctuation, no white space -------------------------
+
+CHINESE = "你好！今天天气很好，我们去公园散步吧。明天可能会下雨，记得带伞。"
+JAPANESE = "こんにちは。今日はいい天気ですね！公園に散歩に行きましょう、明日は雨かもしれないので、傘を忘れないでください。"  # noqa: E501
+CJK_TEXTS = [
+    CHINESE,
+    JAPANESE,
+    "他说：“明天见。”然后就走了。你呢？",
+    "「おはよう」と言った。元気？はい！",
+    "温度是３．５度｡风很大；出门请多穿衣服，戴上帽子、围巾和手套。",
+    "Sure. 好的，我来打开厨房的灯。Done!",
+]
+
+
+def test_chinese_is_cut_at_its_own_sentence_ends_as_it_streams() -> None:
+    splitter = PhraseSplitter()
+    out: list[tuple[int, list[str]]] = []
+    for i, char in enumerate(CHINESE):  # the issue's case: character by character
+        if phrases := splitter.feed(char):
+            out.append((i, phrases))
+    # Each sentence comes out with the next character, not at the end of the reply.
+    assert out == [
+        (CHINESE.index("今"), ["你好！"]),
+        (CHINESE.index("明"), ["今天天气很好，我们去公园散步吧。"]),
+    ]
+    assert splitter.flush() == "明天可能会下雨，记得带伞。"
+
+
+def test_chinese_and_japanese_clauses_are_cut_once_long_enough() -> None:
+    # A wide character counts as a syllable (three letters): 24 letters ≈ 8 characters.
+    assert split_all("我们明天早上七点钟出发去爬山，记得带水。", MIN_CLAUSE_CHARS) == [
+        "我们明天早上七点钟出发去爬山，",
+        "记得带水。",
+    ]
+    assert split_all("今天天气很好，我们去公园吧。", MIN_CLAUSE_CHARS) == [
+        "今天天气很好，我们去公园吧。"  # its first clause is too short to stand alone
+    ]
+    assert split_all(JAPANESE, MIN_CLAUSE_CHARS) == [
+        "こんにちは。",
+        "今日はいい天気ですね！",
+        "公園に散歩に行きましょう、",
+        "明日は雨かもしれないので、",
+        "傘を忘れないでください。",
+    ]
+
+
+def test_full_width_forms_and_closing_quotes() -> None:
+    assert split_all("他说：“明天见。”然后就走了。你呢？") == [
+        "他说：“明天见。”",
+        "然后就走了。",
+        "你呢？",
+    ]
+    assert split_all("「おはよう」と言った。元気？はい！") == [
+        "「おはよう」と言った。",
+        "元気？",
+        "はい！",
+    ]
+    # ３．５ is a number, not a sentence end; ｡ (half-width) is one.
+    assert split_all("温度是３．５度｡风很大。")[0] == "温度是３．５度｡"
+
+
+@pytest.mark.parametrize("text", CJK_TEXTS)
+@pytest.mark.parametrize("min_clause_chars", [0, MIN_CLAUSE_CHARS])
+def test_cjk_streamed_equals_whole_text(text: str, min_clause_chars: int) -> None:
+    whole = split_all(text, min_clause_chars)
+    assert len(whole) >= 2
+    assert streamed(text, list(text), min_clause_chars) == whole
+    pairs = [text[i : i + 2] for i in range(0, len(text), 2)]  # two characters a token
+    assert streamed(text, pairs, min_clause_chars) == whole
+    assert "".join(whole).replace(" ", "") == text.replace(" ", "")
+
+
+async def test_chinese_streamed_to_the_server_is_spoken_sentence_by_sentence(
+    server_port: int,
+) -> None:
+    """The issue's check, with the embedded (English) voice: Chinese text streamed with
+    synthesize-start/chunk/stop comes back as several audio runs, the first before the
+    text ends (the rest of the text is sent only once the first audio has begun)."""
+    from wyoming.client import AsyncTcpClient
+
+    first, rest = CHINESE[:4], CHINESE[4:]  # "你好！今": the first sentence and one more
+    async with AsyncTcpClient("127.0.0.1", server_port) as client:
+        await client.write_event(SynthesizeStart().event())
+        for char in first:
+            await client.write_event(SynthesizeChunk(text=char).event())
+        replies = await read_until(client, "audio-start", timeout=60)  # before the text ends
+        for char in rest:
+            await client.write_event(SynthesizeChunk(text=char).event())
+        await client.write_event(SynthesizeStop().event())
+        replies += await read_until(client, "synthesize-stopped", timeout=120)
+    starts = [e for e in replies if e.type == "audio-start"]
+    stops = [e for e in replies if e.type == "audio-stop"]
+    assert len(starts) == len(stops) == 3  # 你好！ / 今天…吧。 / 明天…伞。
+    assert sum(len(e.payload or b"") for e in replies if e.type == "audio-chunk") > 0

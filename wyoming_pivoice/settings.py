@@ -26,6 +26,6 @@ class ServerSettings:
     remote_llm: RemoteLlmSettings | None = None  # --llm-url: the conversation runs there
     llm_lazy: bool = False
     audio_first: bool = True  # the LLM waits while Piper synthesizes (engines/priority.py)
-    llm_languages: tuple[str, ...] = ("en",)
+    language: str | None = None  # --language: the pipeline's (ASR, voice, prompt, phrases)
     limits: Limits = field(default_factory=Limits)
     zeroconf: ZeroconfSettings = field(default_factory=ZeroconfSettings)

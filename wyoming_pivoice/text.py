@@ -12,6 +12,7 @@ On top of it, long sentences are cut at a clause so the first words are spoken s
 from __future__ import annotations
 
 import re
+import unicodedata
 from itertools import accumulate
 
 from sentencex import segment
@@ -25,8 +26,13 @@ MIN_CLAUSE_CHARS = 24
 MAX_PHRASE_CHARS = 300
 LANGUAGE = "en"
 
-# A clause boundary: a comma, semicolon, colon or dash followed by white space.
-_CLAUSE_END = re.compile(r"(?:[,;:]|\s[-–—])\s+")
+# A clause boundary: a comma, semicolon, colon or dash followed by white space; in Chinese
+# and Japanese their own marks (，、；： and the ideographic comma), which no space follows.
+_CLAUSE_END = re.compile(r"(?:[,;:]|\s[-–—])\s+|[，、；：､]")
+# A Chinese or Japanese sentence end: 。！？ (full- and half-width forms) and a closing
+# quote or bracket after it. No white space follows it in CJK text, so the sentence is
+# complete once any next character has come (sentencex alone waits for a space).
+_CJK_END = re.compile(r"[。！？｡]+[」』”’）)】〕〉》]*")
 # Markup a small chat model likes to emit and a voice should not read out.
 _MARKUP = re.compile(r"[*_#`]+")
 _WORD = re.compile(r"\w")
@@ -72,7 +78,7 @@ class PhraseSplitter:
         if self.min_clause_chars:
             # Only inside the first sentence: a clause never spans a sentence boundary.
             for clause in _CLAUSE_END.finditer(self._buffer, 0, first):
-                if len(self._buffer[: clause.start()].strip()) >= self.min_clause_chars:
+                if spoken_length(self._buffer[: clause.start()].strip()) >= self.min_clause_chars:
                     return clause.end()
         if complete:
             return first
@@ -86,6 +92,18 @@ class PhraseSplitter:
         text = self._buffer[: 2 * MAX_PHRASE_CHARS]
         if not _MAYBE_END.search(text):
             return len(text), False
+        end, complete = self._segmented(text)
+        cjk = _CJK_END.search(text)
+        # sentencex cuts CJK text too, but completes nothing without a space after it, and
+        # takes "３．5" for a sentence end: a CJK end inside its sentence, or after a cut
+        # it cannot complete, is the sentence end.
+        if cjk is not None and text[: cjk.start()].strip() and (cjk.start() < end or not complete):
+            # Complete once anything but white space follows: the closing quotes are in it.
+            return cjk.end(), bool(text[cjk.end() :].strip())
+        return end, complete
+
+    def _segmented(self, text: str) -> tuple[int, bool]:
+        """sentencex's first sentence of `text`, and whether it is known to be complete."""
         for end in accumulate(map(len, segment(self.language, text))):
             prefix = text[:end]
             if not prefix.strip():
@@ -110,6 +128,12 @@ class PhraseSplitter:
         phrase = clean(self._buffer)
         self._buffer = ""
         return phrase or None
+
+
+def spoken_length(text: str) -> int:
+    """Length as speech: a wide (CJK) character is a syllable, about three Latin letters'
+    worth, so one clause threshold serves both scripts."""
+    return sum(3 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def clean(text: str) -> str:

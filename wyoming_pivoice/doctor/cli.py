@@ -42,6 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     models.add_argument("--voice", default=EMBEDDED)
     models.add_argument("--voice-dir", action="append", default=[])
     models.add_argument("--llm-model", default=EMBEDDED)
+    models.add_argument("--data-dir", default="", help="where the server downloads models to")
     remote = parser.add_argument_group("the remote LLM engine, if the server uses one")
     remote.add_argument("--llm-url", default=None)
     remote.add_argument("--llm-api-key", default=None, help="else $PIVOICE_LLM_API_KEY")
@@ -86,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
             voice=args.voice,
             voice_dirs=tuple(args.voice_dir),
             llm=args.llm_model,
+            data_dir=args.data_dir,
         ),
         echo=EchoChoice(aec=not args.no_aec, barge_in=not args.no_barge_in),
         audio_probe=None if args.no_audio else probe_pyaudio,

@@ -85,6 +85,7 @@ REGISTRY: tuple[Entry, ...] = (
     _model(models.VOICE),
     _model(models.LLM),
     _model(models.VAD),
+    Entry(models.CATALOGUE, lambda _subject: models.check_catalogue()),
     Entry(remote.REMOTE, _remote),
 )
 CHECKS: tuple[Check, ...] = tuple(entry.check for entry in REGISTRY)

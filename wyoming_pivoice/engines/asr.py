@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ..models import resolve_whisper
+from ..models import ModelStore, cached_whisper, resolve_whisper, whisper_name
+from .protocols import EngineDescription
 from .whisper_window import FULL_WINDOW_S, encoder_window, window_frames
 
 
@@ -26,11 +27,15 @@ class AsrSettings:
     # Shortest encoder window in seconds; the window fits the utterance above it (see
     # whisper_window). 30 is Whisper's fixed window.
     window_s: float = 10.0
+    engine: str = "faster-whisper"  # its name in engines/registry.py
+    store: ModelStore = field(default_factory=ModelStore)  # where named models download to
 
 
 # Nobody speaks faster than ~4 words (≈6 tokens) a second; a segment decoding far more
 # than that is tiny.en looping, and the cap bounds how long a loop can take.
 TOKENS_PER_S = 8
+# English-only Whisper vocabularies have 51864 tokens, multilingual ones 51865 or more.
+_MULTILINGUAL_VOCAB = 51865
 TOKENS_SLACK = 16
 
 
@@ -60,7 +65,7 @@ class WhisperAsr:
         from faster_whisper import WhisperModel  # heavy import, only when a model is loaded
 
         self.settings = settings
-        self.model_path = resolve_whisper(settings.model)
+        self.model_path = resolve_whisper(settings.model, settings.store)
         self.model = WhisperModel(
             self.model_path,
             device="cpu",
@@ -72,7 +77,36 @@ class WhisperAsr:
 
     @property
     def name(self) -> str:
-        return Path(self.model_path).name if "/" in self.model_path else self.model_path
+        return whisper_name(self.settings.model)
+
+    @classmethod
+    def describe(cls, settings: AsrSettings) -> EngineDescription:
+        """Without loading: English-only models (`*.en`, or a vocabulary under 51865 tokens)
+        serve "en"; a multilingual one the configured language, or all of Whisper's."""
+        name = whisper_name(settings.model)
+        folder = cached_whisper(settings.model, settings.store)
+        english_only = name.endswith(".en")
+        vocabulary = Path(folder) / "vocabulary.txt" if folder else None
+        if vocabulary is not None and vocabulary.exists():
+            with vocabulary.open(encoding="utf-8") as lines:
+                english_only = sum(1 for _ in lines) < _MULTILINGUAL_VOCAB
+        if english_only:
+            languages: tuple[str, ...] = ("en",)
+        elif settings.language:
+            languages = (settings.language,)
+        else:
+            from faster_whisper.tokenizer import _LANGUAGE_CODES
+
+            languages = tuple(_LANGUAGE_CODES)
+        return EngineDescription(
+            kind="asr",
+            engine="faster-whisper",
+            model=name,
+            languages=languages,
+            attribution="SYSTRAN / OpenAI",
+            url="https://github.com/SYSTRAN/faster-whisper",
+            description=f"Whisper {name}",
+        )
 
     @property
     def languages(self) -> list[str]:

@@ -6,12 +6,15 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any
 
-from ..models import resolve_llm
+from ..catalogue import SYSTEM_PROMPTS
+from ..models import ModelStore, llm_name, resolve_llm
+from .protocols import EngineDescription, Message, TokenCounter
 
-Message = dict[str, str]
+# conversation.py's older name for what it fits a prompt with (engines/protocols.py).
+ChatEngine = TokenCounter
 
 
 @dataclass(frozen=True)
@@ -21,41 +24,10 @@ class LlmSettings:
     context: int = 2048
     max_tokens: int = 256
     temperature: float = 0.2
-    system_prompt: str = (
-        "You are a helpful voice assistant running on a Raspberry Pi. "
-        "Answer in one or two short spoken sentences, without lists or markup."
-    )
-
-
-class ChatEngine(Protocol):
-    """What the server needs from a conversation engine (llama.cpp here, or a remote one).
-
-    `count_tokens` and `context_size` let the conversation fit its prompt and the reply into
-    the model's context in the model's own tokens (conversation.py). Engines template the
-    messages themselves and must keep user text from becoming control tokens.
-    """
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def context_size(self) -> int:
-        """The model's context window, in tokens: prompt and reply together."""
-        ...
-
-    def count_tokens(self, messages: list[Message]) -> int:
-        """The prompt tokens these messages take, chat template included."""
-        ...
-
-    def stream(
-        self,
-        messages: list[Message],
-        max_tokens: int | None = None,
-        cancel: threading.Event | None = None,
-        pause: Callable[[], None] | None = None,
-    ) -> Iterator[str]: ...
-
-    def warm_up(self) -> None: ...
+    system_prompt: str = SYSTEM_PROMPTS["en"]
+    engine: str = "llama.cpp"  # its name in engines/registry.py
+    store: ModelStore = field(default_factory=ModelStore)  # where named models download to
+    languages: tuple[str, ...] = ("en",)  # what it is asked to answer in (--language)
 
 
 # ChatML, for a GGUF without a chat template of its own.
@@ -82,7 +54,7 @@ class LlamaChat:
         from llama_cpp import Llama, llama_chat_format
 
         self.settings = settings
-        self.model_path = resolve_llm(settings.model)
+        self.model_path = resolve_llm(settings.model, settings.store)
         self.llama = Llama(
             model_path=str(self.model_path),
             n_ctx=settings.context,
@@ -106,6 +78,20 @@ class LlamaChat:
     @property
     def name(self) -> str:
         return self.model_path.stem
+
+    @classmethod
+    def describe(cls, settings: LlmSettings) -> EngineDescription:
+        name = llm_name(settings.model)
+        return EngineDescription(
+            kind="chat",
+            engine="llama.cpp",
+            model=name,
+            languages=settings.languages,
+            attribution="llama.cpp",
+            url="https://github.com/ggml-org/llama.cpp",
+            description=f"GGUF {name}",
+            program="pivoice-llama",
+        )
 
     @property
     def context_size(self) -> int:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..memory import ShrinkingSession, trim
-from ..models import resolve_voice
+from ..models import ModelStore, cached_voice, local_voice, resolve_voice
+from .protocols import EngineDescription
 
 # One inference speaks at most this many phonemes: about 12 s of speech at the embedded
 # voice's pace. A normal sentence is one piece; only a run-on text is cut inside a sentence.
@@ -34,6 +35,8 @@ class TtsSettings:
     # Keep onnxruntime's memory arena between runs: ≈ 13 % faster synthesis, but the
     # process grows by hundreds of MiB over varied sentences (see memory.py).
     keep_arena: bool = False
+    engine: str = "piper"  # its name in engines/registry.py
+    store: ModelStore = field(default_factory=ModelStore)  # where named voices download to
 
 
 class PiperTts:
@@ -46,7 +49,9 @@ class PiperTts:
         from piper import PiperVoice, SynthesisConfig
 
         self.settings = settings
-        self.model_path = resolve_voice(settings.voice, [Path(d) for d in settings.voice_dirs])
+        self.model_path = resolve_voice(
+            settings.voice, [Path(d) for d in settings.voice_dirs], settings.store
+        )
         self.voice = PiperVoice.load(self.model_path)
         if not settings.keep_arena:
             self.voice.session = ShrinkingSession(self.voice.session)
@@ -58,6 +63,42 @@ class PiperTts:
     @property
     def name(self) -> str:
         return self.model_path.stem
+
+    @classmethod
+    def describe(cls, settings: TtsSettings) -> EngineDescription:
+        """From the voice's .onnx.json if it is here; a named voice not downloaded yet is
+        described from its name (`zh_CN-huayan-medium`: zh_CN, 22050 Hz as every medium voice)."""
+        dirs = [Path(d) for d in settings.voice_dirs]
+        path = local_voice(settings.voice, dirs) or cached_voice(settings.voice, settings.store)
+        if path is None:
+            name = Path(settings.voice.rpartition(":")[2]).name.removesuffix(".onnx")
+            language = name.split("-")[0]
+            return EngineDescription(
+                kind="tts",
+                engine="piper",
+                model=name,
+                languages=(language,),
+                attribution="rhasspy",
+                url="https://github.com/OHF-Voice/piper1-gpl",
+                description=f"Piper {name}",
+                sample_rate=16000 if name.endswith(("-x_low", "-low")) else 22050,
+            )
+        config = json.loads(Path(f"{path}.json").read_text(encoding="utf-8"))
+        language = (config.get("language") or {}).get("code") or config.get("espeak", {}).get(
+            "voice", "en"
+        )
+        return EngineDescription(
+            kind="tts",
+            engine="piper",
+            model=path.stem,
+            languages=(language,),
+            attribution="rhasspy",
+            url="https://github.com/OHF-Voice/piper1-gpl",
+            description=f"Piper {path.stem}",
+            version=config.get("piper_version"),  # the Piper release it was trained with
+            speakers=tuple((config.get("speaker_id_map") or {}).keys()),
+            sample_rate=int(config["audio"]["sample_rate"]),
+        )
 
     @property
     def sample_rate(self) -> int:

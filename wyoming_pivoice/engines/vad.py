@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ..models import silero_vad_onnx
+from .protocols import EngineDescription
 
 SAMPLE_RATE = 16000
 CHUNK_SAMPLES = 512  # 32 ms: the chunk size Silero is trained on at 16 kHz
@@ -35,6 +36,17 @@ class SileroVad:
         inputs = {i.name for i in self.session.get_inputs()}
         self._split_state = "h" in inputs  # faster-whisper's layout
         self.reset()
+
+    @classmethod
+    def describe(cls, _settings: object = None) -> EngineDescription:
+        return EngineDescription(
+            kind="vad",
+            engine="onnxruntime",
+            model="silero-vad",
+            languages=(),
+            attribution="Silero Team",
+            url="https://github.com/snakers4/silero-vad",
+        )
 
     def reset(self) -> None:
         self._context = np.zeros(CONTEXT_SAMPLES, dtype=np.float32)

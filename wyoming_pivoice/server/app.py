@@ -17,14 +17,7 @@ from pathlib import Path
 
 from wyoming.server import AsyncServer, AsyncStdioServer
 
-from ..models import (
-    EMBEDDED,
-    EMBEDDED_WHISPER_NAME,
-    ModelNotFoundError,
-    resolve_llm,
-    resolve_voice,
-    resolve_whisper,
-)
+from ..models import EMBEDDED, EMBEDDED_WHISPER_NAME, ModelNotFoundError, check_names
 from ..settings import ServerSettings
 from ..startup import StartupError, advertise, how_to_add, listen, stop_on_signals, withdraw
 from .handler import PivoiceEventHandler
@@ -36,15 +29,25 @@ DEFAULT_PORT = 10800
 
 
 def check_models(settings: ServerSettings) -> None:
-    """Every model option names something that exists here (before anything starts)."""
+    """Every model option names something that exists here, or a name that can be
+    downloaded (before anything starts; nothing is downloaded before the socket listens)."""
     voice_dirs = [Path(d) for d in settings.tts.voice_dirs]
-    checks: list[tuple[str, str, Callable[[], object]]] = [
-        ("--asr-model", settings.asr.model, lambda: resolve_whisper(settings.asr.model)),
-        ("--voice", settings.tts.voice, lambda: resolve_voice(settings.tts.voice, voice_dirs)),
-    ]
     remote = settings.remote_llm
-    if remote is None or remote.fallback == "local":
-        checks.append(("--llm-model", settings.llm.model, lambda: resolve_llm(settings.llm.model)))
+    llm = settings.llm.model if remote is None or remote.fallback == "local" else None
+    checks: list[tuple[str, str, Callable[[], object]]] = [
+        (
+            "--asr-model",
+            settings.asr.model,
+            lambda: check_names(settings.asr.model, EMBEDDED, [], None),
+        ),
+        (
+            "--voice",
+            settings.tts.voice,
+            lambda: check_names(EMBEDDED, settings.tts.voice, voice_dirs, None),
+        ),
+    ]
+    if llm is not None:
+        checks.append(("--llm-model", llm, lambda: check_names(EMBEDDED, EMBEDDED, [], llm)))
     for flag, value, resolve in checks:
         try:
             resolve()
@@ -58,7 +61,7 @@ def check_models(settings: ServerSettings) -> None:
 _MODEL_FIX = {
     "--asr-model": f"Give a CTranslate2 Whisper folder, a faster-whisper name, or '{EMBEDDED}'",
     "--voice": f"Give an .onnx voice (its .onnx.json beside it), a voice name, or '{EMBEDDED}'",
-    "--llm-model": f"Give the path of a .gguf file, or '{EMBEDDED}'",
+    "--llm-model": f"Give the path of a .gguf file, a catalogue name, or '{EMBEDDED}'",
 }
 
 _LABELS = {"asr": "ASR", "tts": "voice", "llm": "LLM"}
@@ -90,10 +93,9 @@ async def load_at_start(services: Services) -> list[str]:
         ("asr", settings.asr.model, services.asr),
         ("tts", settings.tts.voice, services.tts),
     ]
-    llm = services.llm
     if not settings.llm_lazy:
-        local = getattr(llm, "fallback", llm)  # the remote engine's local fallback, if any
-        if local is not None and hasattr(local, "get"):
+        local = getattr(services.llm, "local", None)  # the remote engine's fallback, if any
+        if local is not None:
             steps.append(("llm", settings.llm.model, local))
     names = []
     for kind, model, slot in steps:

@@ -6,11 +6,12 @@ import argparse
 import os
 from pathlib import Path
 
+from ..catalogue import DEFAULT_VOICES, SYSTEM_PROMPTS, names
 from ..engines.asr import AsrSettings
 from ..engines.llm import LlmSettings
 from ..engines.remote_llm import FALLBACKS, RemoteLlmSettings
 from ..engines.tts import TtsSettings
-from ..models import EMBEDDED
+from ..models import EMBEDDED, ModelStore
 from ..settings import DEFAULT_SERVER_URI, ServerSettings, ZeroconfSettings
 from ..startup import server_uri
 from .limits import Limits
@@ -29,15 +30,39 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="tcp://HOST:PORT, unix://PATH or stdio://",
     )
 
+    models = parser.add_argument_group("models by name and language")
+    models.add_argument(
+        "--language",
+        default=None,
+        help="the household's language (en, zh, ja, de …): ASR language, the voice's (if "
+        "--voice is not given), the system prompt's (if --system-prompt is not given)",
+    )
+    models.add_argument(
+        "--data-dir",
+        default=os.environ.get("PIVOICE_DATA_DIR", ""),
+        help="where models given by name are downloaded to, once ($PIVOICE_DATA_DIR; "
+        "else $XDG_DATA_HOME/wyoming-pivoice; the add-on: /data)",
+    )
+    models.add_argument(
+        "--model-fallback",
+        choices=("none", "embedded"),
+        default="none",
+        help="embedded: a model that cannot be downloaded (offline …) is replaced by that "
+        "stage's embedded model, with a warning, instead of failing the start",
+    )
+
     asr = parser.add_argument_group("speech to text (faster-whisper)")
     asr.add_argument(
         "--asr-model",
         default=EMBEDDED,
-        help="'embedded' (Whisper tiny.en), a CTranslate2 model folder, or a model name",
+        help="'embedded' (Whisper tiny.en), a CTranslate2 model folder, or a faster-whisper "
+        f"name ({', '.join(names('asr'))} …), downloaded once",
     )
     asr.add_argument("--asr-compute-type", default="int8", help="int8, int8_float32, float32 …")
     asr.add_argument("--asr-beam-size", type=int, default=1)
-    asr.add_argument("--asr-language", default="en", help="language code, or 'auto'")
+    asr.add_argument(
+        "--asr-language", default=None, help="language code, or 'auto' (default: --language, en)"
+    )
     asr.add_argument("--asr-initial-prompt", default=None)
     asr.add_argument("--asr-threads", type=int, default=0, help="0: CTranslate2's default")
     asr.add_argument(
@@ -52,7 +77,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     tts.add_argument(
         "--voice",
         default=EMBEDDED,
-        help="'embedded' (en_US-joe-medium), a path to an .onnx voice, or a voice name",
+        help="'embedded' (en_US-joe-medium), a path to an .onnx voice, or a Piper voice name "
+        "(zh_CN-huayan-medium …, rhasspy/piper-voices), downloaded once",
     )
     tts.add_argument(
         "--voice-dir",
@@ -75,7 +101,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     llm.add_argument(
         "--llm-model",
         default=EMBEDDED,
-        help="'embedded' (SmolLM2-135M-Instruct Q4_1) or a path to a .gguf file",
+        help="'embedded' (SmolLM2-135M-Instruct Q4_1), a path to a .gguf file, a catalogue "
+        f"name ({', '.join(names('llm'))}) or owner/repo:file.gguf on Hugging Face, "
+        "downloaded once",
     )
     llm.add_argument("--llm-threads", type=int, default=0, help="0: all cores")
     llm.add_argument("--llm-context", type=int, default=2048)
@@ -83,10 +111,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--llm-language",
         action="append",
         default=None,
-        help="language the model answers in (repeatable; default en)",
+        help="language the model answers in (repeatable; default: --language, en)",
     )
     llm.add_argument("--max-tokens", type=int, default=256, help="cap on one reply")
-    llm.add_argument("--system-prompt", default=LlmSettings.system_prompt)
+    llm.add_argument(
+        "--system-prompt", default=None, help="default: a short-answers prompt in --language"
+    )
     llm.add_argument(
         "--llm-lazy",
         action="store_true",
@@ -197,7 +227,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> ServerSettings:
-    language = None if args.asr_language in (None, "", "auto") else args.asr_language
+    pipeline = args.language or None
+    asked = args.asr_language or pipeline or "en"
+    language = None if asked in ("", "auto") else asked
+    store = ModelStore(data_dir=args.data_dir, fallback_embedded=args.model_fallback == "embedded")
+    base = (pipeline or "en").split("_")[0].split("-")[0]
+    voice = args.voice
+    if voice == EMBEDDED and base in DEFAULT_VOICES:
+        voice = DEFAULT_VOICES[base]  # the embedded voice speaks English only
+    system_prompt = args.system_prompt or SYSTEM_PROMPTS.get(base, SYSTEM_PROMPTS["en"])
     return ServerSettings(
         uri=args.uri,
         asr=AsrSettings(
@@ -208,25 +246,29 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
             initial_prompt=args.asr_initial_prompt,
             threads=args.asr_threads,
             window_s=args.asr_window,
+            store=store,
         ),
         tts=TtsSettings(
-            voice=args.voice,
+            voice=voice,
             speaker=args.tts_speaker,
             length_scale=args.tts_length_scale,
             voice_dirs=tuple(args.voice_dir),
             keep_arena=args.tts_keep_arena,
+            store=store,
         ),
         llm=LlmSettings(
             model=args.llm_model,
             threads=args.llm_threads,
             context=args.llm_context,
             max_tokens=args.max_tokens,
-            system_prompt=args.system_prompt,
+            system_prompt=system_prompt,
+            store=store,
+            languages=tuple(args.llm_language or [pipeline or "en"]),
         ),
         remote_llm=remote_llm_from_args(args),
         llm_lazy=args.llm_lazy,
         audio_first=not args.no_audio_first,
-        llm_languages=tuple(args.llm_language or ["en"]),
+        language=pipeline,
         limits=Limits(
             max_audio_seconds=args.max_audio_seconds,
             max_text_chars=args.max_text_chars,

@@ -14,8 +14,9 @@ here and know nothing of model APIs; the scheduling is decided here:
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -24,44 +25,25 @@ import numpy as np
 from .. import compute_log
 from ..compute_log import model_name
 from ..conversation import ConversationStore, Exchange
-from ..engines.asr import WhisperAsr
-from ..engines.llm import LlamaChat
+from ..engines import chat, registry
 from ..engines.priority import AudioFirst
-from ..engines.remote_llm import RemoteChat
-from ..engines.remote_slot import RemoteLlmSlot
+from ..engines.protocols import ChatEngine, Message, SpeechToText, TextToSpeech, TokenCounter
 from ..engines.runtime import ModelSlot
-from ..engines.tts import PiperTts
 from ..settings import ServerSettings
 from .info import ServiceDescription
 from .slots import ConnectionTable
 
-E = TypeVar("E", WhisperAsr, PiperTts, LlamaChat)
 T = TypeVar("T")
-
-
-def warmed(engine: E) -> E:
-    """Loading includes one warm-up call: the first real request should not pay first-run costs."""
-    engine.warm_up()
-    return engine
-
-
-def llm_slot(settings: ServerSettings) -> ModelSlot[LlamaChat] | RemoteLlmSlot:
-    """The local model, or with --llm-url the remote engine (the local model as its fallback)."""
-    local = ModelSlot("LLM (llama.cpp)", lambda: warmed(LlamaChat(settings.llm)), "llm")
-    remote = settings.remote_llm
-    if remote is None:
-        return local
-    fallback = local if remote.fallback == "local" else None
-    return RemoteLlmSlot(RemoteChat(remote, settings.llm), fallback)
+_LOGGER = logging.getLogger(__name__)
 
 
 @dataclass
 class Services:
     settings: ServerSettings
     description: ServiceDescription
-    asr: ModelSlot[WhisperAsr]
-    tts: ModelSlot[PiperTts]
-    llm: ModelSlot[LlamaChat] | RemoteLlmSlot
+    asr: ModelSlot[SpeechToText]
+    tts: ModelSlot[TextToSpeech]
+    llm: ChatEngine
     conversations: ConversationStore
     connections: ConnectionTable
     audio_first: AudioFirst = field(default_factory=AudioFirst)
@@ -69,13 +51,20 @@ class Services:
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> Services:
-        llm = llm_slot(settings)
-        answering = (lambda: llm.answering) if isinstance(llm, RemoteLlmSlot) else None
+        llm = chat.engine(settings.llm, settings.remote_llm)
+        asr, tts = settings.asr, settings.tts
+        description = ServiceDescription(
+            asr=registry.describe("asr", asr),
+            voice=registry.describe("tts", tts),
+            llm=chat.describe(settings.llm, settings.remote_llm),
+            answering=chat.answering(llm),
+        )
+        _warn_language(settings, description)
         return cls(
             settings=settings,
-            description=ServiceDescription.from_settings(settings, answering),
-            asr=ModelSlot("ASR (faster-whisper)", lambda: warmed(WhisperAsr(settings.asr)), "asr"),
-            tts=ModelSlot("TTS (piper)", lambda: warmed(PiperTts(settings.tts)), "tts"),
+            description=description,
+            asr=ModelSlot(f"ASR ({asr.engine})", lambda: registry.warmed("asr", asr), "asr"),
+            tts=ModelSlot(f"TTS ({tts.engine})", lambda: registry.warmed("tts", tts), "tts"),
             llm=llm,
             conversations=ConversationStore(settings.llm.system_prompt),
             connections=ConnectionTable(
@@ -103,7 +92,7 @@ class Services:
         """The text of each decoded segment of 16 kHz mono float32 `audio`."""
         output: Output[str] = Output()
 
-        def segments(asr: WhisperAsr, cancel: threading.Event) -> Iterator[str]:
+        def segments(asr: SpeechToText, cancel: threading.Event) -> Iterator[str]:
             output.model = model_name(asr)
             return asr.segments(audio, language, cancel)
 
@@ -118,14 +107,15 @@ class Services:
         store = self.conversations
         output: Output[str] = Output()
 
-        def turn(llm: Any, cancel: threading.Event) -> Any:
-            messages = store.prompt(llm, earlier, text, reply_tokens)
-            output.model = model_name(llm)
-            # The model's own tokenizer, only while the compute log is written.
-            output.prompt_tokens = compute_log.current().prompt_tokens(llm, messages)
-            return llm.stream(messages, cancel=cancel, pause=pause)
+        def prompt(engine: TokenCounter) -> list[Message]:
+            return store.prompt(engine, earlier, text, reply_tokens)
 
-        output.items = self.llm.stream(turn)
+        def on_prompt(engine: Any, messages: list[Message]) -> None:
+            output.model = model_name(engine)
+            # The model's own tokenizer, only while the compute log is written.
+            output.prompt_tokens = compute_log.current().prompt_tokens(engine, messages)
+
+        output.items = self.llm.reply(prompt, pause=pause, on_prompt=on_prompt)
         return output
 
     async def speech(self, text: str, speaker: str | None, key: str, began: float) -> Speech:
@@ -140,7 +130,7 @@ class Services:
             raise UnknownSpeaker(str(err)) from err
         pieces = await self.tts.run(lambda engine: engine.pieces(text))
 
-        def speak(engine: PiperTts, cancel: threading.Event, piece: str) -> Iterator[bytes]:
+        def speak(engine: TextToSpeech, cancel: threading.Event, piece: str) -> Iterator[bytes]:
             return self.audio_first.while_speaking(engine.speak(piece, speaker, cancel), key, began)
 
         def piece_audio(piece: str) -> AsyncGenerator[bytes, None]:
@@ -151,6 +141,27 @@ class Services:
         )
 
 
+def _warn_language(settings: ServerSettings, description: ServiceDescription) -> None:
+    """--language asked for what a stage cannot serve: one line that says what to change."""
+    language = settings.language
+    if language is None or language.startswith("en"):
+        return
+    if description.asr.languages == ("en",):
+        _LOGGER.warning(
+            "--language %s: the ASR model %s is English-only; use a multilingual one, "
+            "e.g. --asr-model base",
+            language,
+            description.asr.model,
+        )
+    if not any(v.split("_")[0] == language.split("_")[0] for v in description.voice.languages):
+        _LOGGER.warning(
+            "--language %s: the voice %s speaks %s",
+            language,
+            description.voice.model,
+            ", ".join(description.voice.languages),
+        )
+
+
 class Output(Generic[T]):
     """A request's output as a model streams it, and what the compute log needs of it.
 
@@ -158,17 +169,18 @@ class Output(Generic[T]):
     """
 
     def __init__(self) -> None:
-        self.items: AsyncGenerator[T, None] | None = None
+        self.items: AsyncIterator[T] | None = None
         self.model = "?"  # the engine's model name, known once the engine has the request
         self.prompt_tokens: int | None = None  # an LLM prompt's, by its own tokenizer
 
-    def __aiter__(self) -> AsyncGenerator[T, None]:
+    def __aiter__(self) -> AsyncIterator[T]:
         assert self.items is not None
         return self.items
 
     async def aclose(self) -> None:
-        if self.items is not None:
-            await self.items.aclose()
+        close = getattr(self.items, "aclose", None)  # an async generator's: frees the model
+        if close is not None:
+            await close()
 
 
 class UnknownSpeaker(ValueError):
