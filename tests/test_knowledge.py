@@ -321,3 +321,40 @@ def test_a_copy_of_the_corpus_reopens_without_reindexing(tmp_path: Path) -> None
     assert again.stats().passages > 20
     assert not again.scan()  # the index persisted: nothing to redo
     assert again.retrieve("guest wifi password")
+
+
+def test_doctor_reports_the_index(tmp_path: Path) -> None:
+    from wyoming_pivoice.doctor.base import Status
+    from wyoming_pivoice.doctor.knowledge import check_knowledge
+
+    folder, base = notes_in(tmp_path)
+    settings = base.settings
+    assert check_knowledge(settings).status is Status.INFO  # not indexed yet: says so
+    (folder / "tv.md").write_text("# TV\nThe TV PIN is 2580.\n\nNetflix: Family.", "utf-8")
+    base.scan()
+    finding = check_knowledge(settings)
+    assert finding.status is Status.OK, finding
+    assert finding.message.startswith("1 note, 1 passage, last update 20")
+    (folder / "scan.pdf").write_bytes(b"%PDF")
+    base.scan()
+    finding = check_knowledge(settings)
+    assert (
+        finding.status is Status.WARN and "scan.pdf (is not a .txt or .md note)" in finding.message
+    )
+    missing = KnowledgeSettings(folder=tmp_path / "nowhere", index=settings.index)
+    assert check_knowledge(missing).status is Status.WARN
+
+
+def test_doctor_cli_with_knowledge(tmp_path: Path, corpus: KnowledgeBase) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "wyoming_pivoice", "doctor", "--json", "--no-audio",
+         "--knowledge", str(corpus.settings.folder),
+         "--knowledge-index", str(corpus.settings.index)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    report = json.loads(done.stdout)
+    [finding] = [c for c in report["checks"] if c["check"] == "knowledge"]
+    assert finding["status"] == "OK" and finding["data"]["files"] == 23, finding
