@@ -358,3 +358,17 @@ def test_doctor_cli_with_knowledge(tmp_path: Path, corpus: KnowledgeBase) -> Non
     report = json.loads(done.stdout)
     [finding] = [c for c in report["checks"] if c["check"] == "knowledge"]
     assert finding["status"] == "OK" and finding["data"]["files"] == 23, finding
+
+
+def test_the_addon_option(tmp_path: Path) -> None:
+    import yaml
+
+    from .test_addon import ADDON, DEFAULT_SERVER, parses, run_addon
+
+    options = {**yaml.safe_load((ADDON / "config.yaml").read_text())["options"], "knowledge": True}
+    server, _, _, _ = run_addon(tmp_path, options, satellite=False)
+    assert server == [
+        *DEFAULT_SERVER,
+        "--knowledge", "/share/pivoice/knowledge", "--knowledge-index", "/data/knowledge.sqlite3",
+    ]  # fmt: skip
+    parses(server)
