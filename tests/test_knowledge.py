@@ -372,3 +372,36 @@ def test_the_addon_option(tmp_path: Path) -> None:
         "--knowledge", "/share/pivoice/knowledge", "--knowledge-index", "/data/knowledge.sqlite3",
     ]  # fmt: skip
     parses(server)
+
+
+def test_the_bench_generates_notes_that_index_within_the_bounds(tmp_path: Path) -> None:
+    from wyoming_pivoice.bench import knowledge as bench
+
+    written = bench.generate_notes(tmp_path / "notes", 0.2)
+    assert written >= 0.2 * 1024 * 1024
+    base = KnowledgeBase(
+        KnowledgeSettings(folder=tmp_path / "notes", index=tmp_path / "data" / "k.sqlite3")
+    )
+    base.scan()
+    stats = base.stats()
+    assert stats.skipped == 0 and stats.passages > 300
+    # The shipped corpus is among them, and still found among the generated notes.
+    assert any("marmalade-otter-42" in p.text for p in base.retrieve("guest wifi password"))
+    summary = {"median": 4.2, "p90": 17.3, "n": 94}
+    row = {
+        "on": summary, "off": summary, "on_minus_off": 1.0, "first_token_on_minus_off": 0.5,
+        "same_first_phrase": "6/6", "turns_with_passages": "0/6",
+    }  # fmt: skip
+    text = bench.render(
+        {
+            "notes": {"megabytes": 0.2, "files": 30, "passages": 400, "index_s": 0.1,
+                      "rescan_unchanged_ms": 1.0},
+            "assembly_ms": {"with_knowledge": summary, "without": summary,
+                            "turns_with_passages": "94/94"},
+            "first_phrase_ms": {"off_topic": row, "on_topic": row},
+            "meta": {"rounds": 1, "model": "m", "knowledge_tokens_cap": 320,
+                     "load_average_start": [1.0], "load_average_end": [1.0]},
+        }
+    )  # fmt: skip
+    assert "| retrieval + prompt assembly" in text and "4.2 (p90 17.3)" in text
+    assert "| off-topic" in text and "6/6" in text

@@ -173,7 +173,8 @@ async def test_the_notes_reach_a_remote_engine(
     engine: LlamaServer, notes: Path, tmp_path: Path
 ) -> None:
     with server_process(
-        "--llm-url", engine.url, "--knowledge", str(notes),
+        # The engine reads the notes before its first word: on a busy machine, not in 15 s.
+        "--llm-url", engine.url, "--llm-timeout", "120", "--knowledge", str(notes),
         "--knowledge-index", str(tmp_path / "index.sqlite3"), "--max-tokens", "64",
         log=tmp_path / "server.log",
     ) as port:  # fmt: skip
