@@ -373,6 +373,7 @@ class KnowledgeBase:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.scanned: float | None = None
+        self._passages: int | None = None  # the index's, for the threshold
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.index_path, check_same_thread=False, timeout=5.0)
@@ -442,6 +443,8 @@ class KnowledgeBase:
             finally:
                 db.close()
             self.scanned = time.time()
+            if changed:
+                self._passages = None
             return changed
 
     def _scan(self, db: sqlite3.Connection) -> bool:
@@ -622,8 +625,11 @@ class KnowledgeBase:
     def threshold(self) -> float:
         """The BM25 score a passage must reach: `min_match` times the IDF FTS5 gives a word
         found in one passage of the index."""
-        with self._read_lock:
-            (count,) = self._read.execute("SELECT COUNT(*) FROM passage").fetchone()
+        count = self._passages
+        if count is None:  # counted once per scan, not per search
+            with self._read_lock:
+                (count,) = self._read.execute("SELECT COUNT(*) FROM passage").fetchone()
+            self._passages = count
         rare = math.log(max(count - 0.5, 1.0) / 1.5) if count > 2 else 0.0
         return -self.settings.min_match * rare
 
