@@ -161,6 +161,7 @@ def test_bad_files_are_skipped_with_one_line_each(
     (folder / "photo.jpg").write_bytes(b"\xff\xd8\xff")
     (folder / ".hidden.md").write_text("fuse", encoding="utf-8")
     (folder / "gone.md").symlink_to(tmp_path / "nowhere.md")  # unreadable, also for root
+    os.mkfifo(folder / "pipe.txt")  # reading it would block the scanner for ever
     root = os.geteuid() == 0  # root reads a mode-0 file
     if not root:
         unreadable = folder / "secret.md"
@@ -169,7 +170,7 @@ def test_bad_files_are_skipped_with_one_line_each(
     with caplog.at_level(logging.INFO, "wyoming_pivoice.server.knowledge"):
         base.scan()
     skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
-    expected = {"huge.txt", "binary.txt", "latin1.txt", "photo.jpg", "gone.md"}
+    expected = {"huge.txt", "binary.txt", "latin1.txt", "photo.jpg", "gone.md", "pipe.txt"}
     if not root:
         expected.add("secret.md")
     assert sorted(m.split()[2].rstrip(":") for m in skipped) == sorted(expected), skipped
@@ -202,10 +203,15 @@ def test_the_index_lives_outside_the_notes(tmp_path: Path, monkeypatch: pytest.M
     assert default_index(tmp_path / "other") != index
 
 
-def test_a_missing_folder_is_not_fatal_and_is_indexed_once_it_exists(tmp_path: Path) -> None:
+def test_a_missing_folder_is_not_fatal_and_is_indexed_once_it_exists(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     folder, base = notes_in(tmp_path)
     folder.rmdir()
-    assert not base.scan()
+    with caplog.at_level(logging.INFO, "wyoming_pivoice.server.knowledge"):
+        assert not base.scan()
+        assert not base.scan()
+    assert len(caplog.records) == 1 and "does not exist" in caplog.records[0].getMessage()
     folder.mkdir()
     (folder / "tv.md").write_text("# TV\nThe TV PIN is 2580.", encoding="utf-8")
     assert base.scan() and base.retrieve("tv pin")

@@ -26,6 +26,7 @@ import math
 import os
 import re
 import sqlite3
+import stat
 import threading
 import time
 import unicodedata
@@ -374,6 +375,7 @@ class KnowledgeBase:
         self._thread: threading.Thread | None = None
         self.scanned: float | None = None
         self._passages: int | None = None  # the index's, for the threshold
+        self._said: set[str] = set()  # folder warnings, each said once
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.index_path, check_same_thread=False, timeout=5.0)
@@ -453,18 +455,16 @@ class KnowledgeBase:
             row[0]: (row[1], row[2], row[3])
             for row in db.execute("SELECT path, mtime_ns, size, passages FROM files")
         }
+        seen: set[str] = set()
+        paths: list[Path] = []
         if not self.folder.is_dir():
-            _LOGGER.warning("Knowledge folder %s does not exist (yet)", self.folder)
-            seen: set[str] = set()
-            paths: list[Path] = []
+            self._say_once(f"Knowledge folder {self.folder} does not exist (yet)")
         else:
-            paths = []
-            seen = set()
             for path in self._walk():
                 if len(paths) >= s.max_files:
-                    _LOGGER.warning(
-                        "Knowledge folder has more than %d files: the rest is not indexed",
-                        s.max_files,
+                    self._say_once(
+                        f"Knowledge folder has more than {s.max_files} files: the rest is not "
+                        "indexed"
                     )
                     break
                 paths.append(path)
@@ -486,12 +486,13 @@ class KnowledgeBase:
                 continue
             if old is not None and old[2] > 0:
                 passages_total -= old[2]
-            reason = self._refuse(path, st.st_size, total_bytes)
+            reason = self._refuse(path, st, total_bytes)
             if reason:
                 changed |= self._skip(db, rel, st.st_mtime_ns, st.st_size, known, reason)
                 continue
             try:
-                raw = path.read_bytes()[: s.max_file_bytes + 1]
+                with path.open("rb") as note:  # at most the bound, even if it grew meanwhile
+                    raw = note.read(s.max_file_bytes + 1)
             except OSError as err:
                 reason = f"cannot be read ({err.strerror})"
                 changed |= self._skip(db, rel, st.st_mtime_ns, st.st_size, known, reason)
@@ -535,10 +536,17 @@ class KnowledgeBase:
             db.commit()
         return changed
 
-    def _refuse(self, path: Path, size: int, total_bytes: int) -> str | None:
-        s = self.settings
+    def _say_once(self, message: str) -> None:
+        if message not in self._said:
+            self._said.add(message)
+            _LOGGER.warning("%s", message)
+
+    def _refuse(self, path: Path, st: os.stat_result, total_bytes: int) -> str | None:
+        s, size = self.settings, st.st_size
         if path.suffix.lower() not in SUFFIXES:
             return "is not a .txt or .md note"
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would block or never end
+            return "is not a regular file"
         if size > s.max_file_bytes:
             return f"is over {s.max_file_bytes // 1024} KiB"
         if total_bytes + size > s.max_total_bytes:
