@@ -217,7 +217,7 @@ def test_a_missing_folder_is_not_fatal_and_is_indexed_once_it_exists(
     assert base.scan() and base.retrieve("tv pin")
 
 
-def test_the_server_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_server_option(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     import argparse
 
     parser = argparse.ArgumentParser()
@@ -230,8 +230,10 @@ def test_the_server_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     bad = parser.parse_args(
         ["server", "--knowledge", str(tmp_path), "--knowledge-index", str(tmp_path / "i.db")]
     )
-    with pytest.raises(SystemExit, match="inside the notes folder"):
-        server_cli.run(bad)
+    with caplog.at_level(logging.ERROR):
+        assert server_cli.run(bad) == 2  # one line, before anything loads or listens
+    [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert line.startswith("--knowledge: the knowledge index") and "inside the notes" in line
 
 
 def history_messages(history: list[tuple[str, str]]) -> list[dict[str, str]]:

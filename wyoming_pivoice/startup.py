@@ -8,6 +8,9 @@ satellite and the Home Assistant satellite.
   later ones are ignored, so they cannot cut its clean-up short (and leave a mic or speaker
   command running).
 - `advertise`/`withdraw`: the zeroconf advert of a TCP endpoint, as its settings say.
+- `StartupError`: a mistake in the options or the machine (a port in use, a model that will
+  not load) ends the start with one ERROR line that says what to do, never a traceback.
+- `server_uri`/`client_uri`: argparse types, so a URI without its scheme is refused at once.
 
 Each signal or advert is bound to the endpoint when it is ready for it: a server listens
 before it loads models (HA's `describe` gets an answer), the Home Assistant satellite is
@@ -16,8 +19,10 @@ advertised once its VAD has loaded.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -26,7 +31,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from .zeroconf import Advertiser, ZeroconfSettings, default_name
+from .zeroconf import Advertiser, ZeroconfSettings, default_name, detect_host
 
 if TYPE_CHECKING:
     from wyoming.server import AsyncServer
@@ -53,6 +58,9 @@ def run(main: Callable[[], Coroutine[Any, Any, int | None]], fast_exit: bool = F
             raise
         _LOGGER.info("Stopped by a signal")
         code = 0
+    except StartupError as err:
+        _LOGGER.error("%s", err)
+        code = err.code
     if fast_exit:
         logging.shutdown()
         sys.stdout.flush()
@@ -86,8 +94,14 @@ def stop_on_signals(stop: Callable[[], object]) -> None:
 async def advertise(
     settings: ZeroconfSettings, server: AsyncServer, uri: str, role: str, default_port: int
 ) -> Advertiser | None:
-    """Advertise a TCP endpoint as `_wyoming._tcp` (None: zeroconf off, or not over TCP)."""
+    """Advertise a TCP endpoint as `_wyoming._tcp` (None: zeroconf off, or not over TCP).
+
+    The satellite calls it once it is ready, so it also logs the ready line then.
+    """
     from wyoming.server import AsyncTcpServer
+
+    if role == "satellite":
+        _LOGGER.info("Ready: %s", how_to_add(role, uri, settings, default_port))
 
     if not settings.enabled or not isinstance(server, AsyncTcpServer):
         return None
@@ -108,3 +122,125 @@ async def withdraw(advertiser: Advertiser | None, timeout: float | None = None) 
         await asyncio.wait_for(advertiser.stop(), timeout)
     except Exception as err:
         _LOGGER.warning("Withdrawing the zeroconf advert failed: %r", err)
+
+
+class StartupError(Exception):
+    """A start that cannot go on, in one line that says what to do; `code` is the exit status
+    (2: the options, 1: the machine or a model)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _uri(value: str, schemes: tuple[str, ...], example: str) -> str:
+    parsed = urlparse(value)
+    if parsed.scheme not in schemes:
+        hint = f"tcp://{value}" if ":" in value and "://" not in value else example
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a Wyoming URI ({', '.join(s + '://' for s in schemes)}): "
+            f"write e.g. {hint}"
+        )
+    if parsed.scheme == "tcp":
+        try:
+            port = parsed.port
+        except ValueError:
+            port = None
+        if not parsed.hostname or port is None:
+            raise argparse.ArgumentTypeError(f"{value!r} needs a host and a port, e.g. {example}")
+    if parsed.scheme == "unix" and not (parsed.netloc + parsed.path):
+        raise argparse.ArgumentTypeError(f"{value!r} needs a path, e.g. unix:///run/pivoice.sock")
+    return value
+
+
+def server_uri(value: str) -> str:
+    """argparse type of a --uri to listen on: tcp://HOST:PORT, unix://PATH or stdio://."""
+    return _uri(value, ("tcp", "unix", "stdio"), "tcp://0.0.0.0:10800")
+
+
+def client_uri(value: str) -> str:
+    """argparse type of a server to connect to: tcp://HOST:PORT or unix://PATH."""
+    return _uri(value, ("tcp", "unix"), "tcp://127.0.0.1:10800")
+
+
+async def listen(server: AsyncServer, factory: Any, uri: str) -> None:
+    """Start a Wyoming server; a port in use (and the like) is a StartupError with the fix."""
+    try:
+        await server.start(factory)
+    except OSError as err:
+        port = urlparse(uri).port
+        if err.errno == errno.EADDRINUSE:
+            raise StartupError(
+                f"Cannot listen on {uri}: the port is in use (another wyoming-pivoice or "
+                f"Wyoming server?). Stop it (`ss -ltnp 'sport = :{port}'` shows which), "
+                f"or choose another port: --uri tcp://0.0.0.0:{(port or 10800) + 1}"
+            ) from None
+        if err.errno == errno.EACCES and port is not None and port < 1024:
+            raise StartupError(
+                f"Cannot listen on {uri}: ports below 1024 need root; use e.g. "
+                "--uri tcp://0.0.0.0:10800"
+            ) from None
+        if err.errno == errno.EADDRNOTAVAIL:
+            raise StartupError(
+                f"Cannot listen on {uri}: this machine has no such address; use "
+                f"--uri tcp://0.0.0.0:{port or 10800} (every address)"
+            ) from None
+        raise StartupError(f"Cannot listen on {uri}: {err.strerror or err}") from None
+
+
+def reachable_host(uri: str, zeroconf: ZeroconfSettings) -> str | None:
+    """The host Home Assistant should be given for a TCP `uri` (None: not over TCP)."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "tcp":
+        return None
+    if parsed.hostname in (None, "", "0.0.0.0", "::"):
+        return zeroconf.host or detect_host()
+    return parsed.hostname
+
+
+def how_to_add(role: str, uri: str, zeroconf: ZeroconfSettings, default_port: int) -> str:
+    """How to add this endpoint to Home Assistant, for the ready line."""
+    host = reachable_host(uri, zeroconf)
+    if host is None:
+        return f"{uri} is not reachable from Home Assistant (serve --uri tcp://0.0.0.0:PORT)"
+    if host.startswith("127."):
+        return f"{uri} listens on loopback only: Home Assistant on another machine cannot reach it"
+    port = urlparse(uri).port or default_port
+    text = (
+        "add it in Home Assistant: Settings → Devices & services → Add integration → "
+        f"Wyoming Protocol, host {host}, port {port}"
+    )
+    if zeroconf.enabled:
+        name = zeroconf.name or default_name(role)
+        text += f" (or Configure the discovered {name})"
+    return text
+
+
+def audio_device_problem(spec: str | None, want_input: bool) -> str | None:
+    """Why PortAudio has no device `spec` (an index or part of a name, as the satellite
+    finds it), naming those it has; None when it has one (or `spec` is the default)."""
+    if spec in (None, "", "default") or (not want_input and spec == "null"):
+        return None
+    from .doctor.audio import probe_pyaudio  # asks PortAudio with ALSA's noise silenced
+
+    report = probe_pyaudio()
+    kind = "input" if want_input else "output"
+    flag = "--mic-device" if want_input else "--snd-device"
+    if report.error:
+        return f"{flag} {spec!r}: {report.error}"
+    have = [d for d in report.devices if (d.inputs if want_input else d.outputs) > 0]
+    if spec.isdigit():
+        found = any(d.index == int(spec) for d in have)
+    else:
+        found = any(spec.lower() in d.name.lower() for d in have)
+    if found:
+        return None
+    if not have:
+        tool = "arecord" if want_input else "aplay"
+        command = "--mic-command 'arecord …'" if want_input else "--snd-command 'aplay …'"
+        return (
+            f"{flag} {spec!r}: PortAudio finds no {kind} device at all (is a sound card "
+            f"plugged in? `{tool} -l` lists them); or use {command}"
+        )
+    listed = ", ".join(f"{d.index} '{d.name}'" for d in have)
+    return f"{flag} {spec!r}: no such {kind} device; give an index or part of a name: {listed}"

@@ -6,6 +6,7 @@ import argparse
 import logging
 import uuid
 
+from ..startup import client_uri, server_uri
 from ..zeroconf import ZeroconfSettings
 from .settings import EchoSettings, MicSettings, SatelliteSettings, SndSettings, VadSettings
 
@@ -20,10 +21,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     mode = parser.add_argument_group("mode (one of)")
     mode.add_argument(
-        "--server", default=None, help="standalone: the pivoice server, tcp://HOST:10800"
+        "--server",
+        type=client_uri,
+        default=None,
+        help="standalone: the pivoice server, tcp://HOST:10800",
     )
     mode.add_argument(
         "--uri",
+        type=server_uri,
         default=None,
         help="Home Assistant mode: serve the Wyoming satellite protocol, e.g. tcp://0.0.0.0:10700",
     )
@@ -239,6 +244,10 @@ def run(args: argparse.Namespace) -> int:
     from .. import startup  # asyncio and the rest: not needed for --help
 
     settings = settings_from_args(args)
+    for spec, want_input in ((settings.mic.device, True), (settings.snd.device, False)):
+        problem = startup.audio_device_problem(spec, want_input)
+        if problem:
+            raise startup.StartupError(problem, code=2)
     if settings.uri:
         return startup.run(lambda: _home_assistant(settings), fast_exit=True)
     if not settings.server:

@@ -12,6 +12,7 @@ from ..engines.remote_llm import FALLBACKS, RemoteLlmSettings
 from ..engines.tts import TtsSettings
 from ..models import EMBEDDED
 from ..settings import DEFAULT_SERVER_URI, ServerSettings, ZeroconfSettings
+from ..startup import server_uri
 from .knowledge import KnowledgeSettings, default_index
 from .limits import Limits
 
@@ -23,7 +24,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
-        "--uri", default=DEFAULT_SERVER_URI, help="tcp://HOST:PORT, unix://PATH or stdio://"
+        "--uri",
+        type=server_uri,
+        default=DEFAULT_SERVER_URI,
+        help="tcp://HOST:PORT, unix://PATH or stdio://",
     )
 
     asr = parser.add_argument_group("speech to text (faster-whisper)")
@@ -282,13 +286,6 @@ def run(args: argparse.Namespace) -> int:
     from .app import serve
 
     settings = settings_from_args(args)
-    if settings.knowledge is not None:
-        from .knowledge import KnowledgeError, open_knowledge
-
-        try:  # a misconfigured index is one line, before anything loads
-            open_knowledge(settings.knowledge).close()
-        except KnowledgeError as err:
-            raise SystemExit(f"wyoming-pivoice server: {err}") from None
     compute_log.open_log(args.compute_log)
     try:
         return startup.run(lambda: serve(settings))
