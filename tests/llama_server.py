@@ -25,10 +25,12 @@ GENERATED = "llama_perf_context_print:        eval time"
 class LlamaServer:
     """Start, kill and restart (on the same port) one engine; its output goes to `log`."""
 
-    def __init__(self, log: Path, threads: int = 1) -> None:
+    def __init__(self, log: Path, threads: int = 1, interrupt: bool = False) -> None:
         self.log = log
         self.port = free_port()
         self.threads = threads
+        # True: the engine's default, where a new request ends the running stream.
+        self.interrupt = interrupt
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -45,7 +47,7 @@ class LlamaServer:
             "--n_threads_batch", str(self.threads),
             # Off, so that a new request never cuts a stream short: a stream that ends
             # early in these tests was ended by its client.
-            "--interrupt_requests", "False",
+            "--interrupt_requests", str(self.interrupt),
         ]  # fmt: skip
         with open(self.log, "a") as out:
             self.proc = subprocess.Popen(

@@ -7,7 +7,6 @@ Latencies are printed (run with -s), never asserted: speed claims come from the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import struct
 import time
@@ -15,11 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from wyoming.event import Event, async_read_event, async_write_event
+from wyoming.event import Event, async_write_event
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
 from wyoming_pivoice.audio import resample_pcm16
-from wyoming_pivoice.server.errors import ErrorCode
 
 from .helpers import (
     RELEASE_S,
@@ -179,8 +177,8 @@ async def test_eight_clients_at_once_while_others_stall_or_vanish(
     stalled = await stalled_request(server_port)
     blocked = await non_reader(server_port, bound=BOUND)
     await vanisher(server_port)
-    # Idle connections from a neighbour fill every slot the others leave: they are evicted
-    # as the real clients arrive.
+    # Idle connections from a neighbour, as many as an address has slots: they hold none
+    # (a connection gets one with its first request, slots.py), so all 8 are served.
     idle = [
         await asyncio.open_connection("127.0.0.1", server_port, local_addr=("127.0.0.5", 0))
         for _ in range(12)
@@ -200,14 +198,8 @@ async def test_eight_clients_at_once_while_others_stall_or_vanish(
     results, released = results[:8], results[8:]
     for seconds, _replies, how in released:
         assert how != "eof" and seconds < RELEASE_S, (how, seconds)
-    evicted = 0
-    for reader, writer in idle:
-        with contextlib.suppress(ConnectionError, TimeoutError):
-            async with asyncio.timeout(5):
-                event = await async_read_event(reader)
-                evicted += event is not None and event.data.get("code") == ErrorCode.EVICTED
+    for _reader, writer in idle:
         writer.close()
-    assert evicted >= 3  # the server made room: 8 + 3 clients beside 12 idle, 16 slots
 
     # Each synthesized reply, transcribed back, says that client's words.
     for (answer, pcm), (_, _, expected) in zip(results[3:7], SPEAK, strict=True):

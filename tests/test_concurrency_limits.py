@@ -14,7 +14,7 @@ from wyoming.event import Event, async_read_event
 from wyoming.info import Describe
 from wyoming.tts import Synthesize
 
-from wyoming_pivoice.server.errors import ErrorCode
+from wyoming_pivoice.wire.errors import ErrorCode
 
 from .helpers import (
     describe_works,

@@ -21,9 +21,9 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 from wyoming_pivoice.engines.llm import LlamaChat
 from wyoming_pivoice.engines.runtime import ModelSlot
 from wyoming_pivoice.engines.tts import PiperTts
-from wyoming_pivoice.server.errors import ErrorCode
 from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
+from wyoming_pivoice.wire.errors import ErrorCode
 
 from .helpers import exchange, in_process_server, read_until, turn_event
 

@@ -40,7 +40,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from wyoming.event import Event, async_read_event
 
-from wyoming_pivoice.server.errors import CLOSING, ErrorCode
+from wyoming_pivoice.wire.errors import CLOSING, ErrorCode
 
 from .helpers import (
     describe_works,

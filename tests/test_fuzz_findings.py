@@ -9,7 +9,7 @@ import json
 import pytest
 from wyoming.event import Event, async_read_event
 
-from wyoming_pivoice.server.errors import ErrorCode
+from wyoming_pivoice.wire.errors import ErrorCode
 
 from .helpers import encode
 

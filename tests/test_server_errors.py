@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from wyoming_pivoice.server.errors import CLOSING, ErrorCode, Owed, ending
+from wyoming_pivoice.server.errors import Owed, ending
+from wyoming_pivoice.wire.errors import CLOSING, ErrorCode
 
 RATE = 22050
 

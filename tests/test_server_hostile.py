@@ -11,7 +11,7 @@ from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.info import Describe
 from wyoming.tts import Synthesize
 
-from wyoming_pivoice.server.errors import ErrorCode
+from wyoming_pivoice.wire.errors import ErrorCode
 
 from .helpers import exchange
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from wyoming.event import Event, async_read_event
 
-from wyoming_pivoice.server.errors import ErrorCode
+from wyoming_pivoice.wire.errors import ErrorCode
 
 from .helpers import (
     AUDIO,
@@ -186,12 +186,14 @@ async def hold_busy(port: int) -> asyncio.StreamWriter:
     return writer
 
 
-async def test_busy_releases_with_eof(tiny_port: int) -> None:
-    """Both slots hold a request in flight: the newcomer is told `busy` and closed at once."""
+async def test_busy_releases_in_band(tiny_port: int) -> None:
+    """Both slots hold a request in flight: the newcomer is told `busy`, with the end Home
+    Assistant waits for (an empty audio run), at once; then closed."""
     held = [await hold_busy(tiny_port) for _ in range(2)]
     try:
         seconds, replies, released_by = await ha_reads(tiny_port, [synthesize("")], TTS)
-        assert released_by == "eof" and seconds < RELEASE_S
+        assert released_by == "audio-stop" and seconds < RELEASE_S
+        assert [e.type for e in replies] == ["error", "audio-start", "audio-stop"]
         assert replies[0].data["code"] == ErrorCode.BUSY
     finally:
         for writer in held:

@@ -3,8 +3,15 @@
 A conversation is keyed by the client's address *and* its `conversation_id`: a client at
 another address cannot read or extend it, whatever id it sends. An id shorter than
 `MIN_ID_CHARS` is guessable (Home Assistant sends 26-character ULIDs, our satellite a
-random 30-character id) and gets no memory: each such turn stands alone. One address holds
-at most `max_per_host` conversations, so one client cannot push everyone else's out.
+random 30-character id) and gets no memory: each such turn stands alone.
+
+No address can exhaust another's memory (issue #22: 64 ids from any 4 addresses wiped every
+other client's): one address holds at most `max_per_host` conversations and pushes out only
+its own oldest; at most `max_hosts` addresses have memory at once, and a new one past that
+gets none (its turns stand alone, with a log line) until an address has been idle for
+`ttl_seconds`, never by forgetting anyone. The whole store is bounded by both. What is
+stored has control-token spellings escaped (engines/control.py), so an engine's own
+markers in a reply, or typed ones, go back into later prompts as text.
 
 The prompt of a turn is fitted to the model's context in the model's own tokens
 (`ChatEngine.count_tokens`, `context_size`), leaving room for the reply: the oldest history
@@ -16,11 +23,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .engines import control
 from .engines.llm import ChatEngine, Message
 
 _LOGGER = logging.getLogger(__name__)
@@ -59,8 +67,9 @@ class PromptTooLong(ValueError):
 
 
 class ConversationStore:
-    """Keeps the last `max_turns` exchanges of the `max_conversations` most recent
-    conversations, at most `max_per_host` of them per client address.
+    """Keeps the last `max_turns` exchanges of at most `max_per_host` conversations for
+    each of at most `max_hosts` client addresses (and `max_conversations` in all: past it
+    the address with the most gives up its least recent one).
 
     Home Assistant keeps a satellite's conversation_id for five minutes; we
     forget a conversation after `ttl_seconds` idle so memory stays bounded.
@@ -70,14 +79,16 @@ class ConversationStore:
         self,
         system_prompt: str,
         max_turns: int = 6,
-        max_conversations: int = 64,
+        max_conversations: int = 512,
         ttl_seconds: float = 300.0,
         max_per_host: int = 16,
+        max_hosts: int = 32,
     ) -> None:
         self.system_prompt = system_prompt
         self.max_turns = max_turns
         self.max_conversations = max_conversations
         self.max_per_host = max_per_host
+        self.max_hosts = max_hosts
         self.ttl_seconds = ttl_seconds
         self._histories: OrderedDict[Hashable, _History] = OrderedDict()
         self.notes: Notes | None = None  # --knowledge: set by the server (server/app.py)
@@ -154,19 +165,38 @@ class ConversationStore:
     ) -> None:
         if key is None:
             return  # no memory: each turn stands alone
+        self._expire()
+        host = _host(key)
+        hosts = {_host(k) for k in self._histories}
+        if host not in hosts and len(hosts) >= self.max_hosts:
+            _LOGGER.info(
+                "Conversation memory holds %d addresses: this one's turns stand alone until "
+                "one has been idle %.0f s",
+                len(hosts),
+                self.ttl_seconds,
+            )
+            return
         history = self._get(key) or _History()
         earlier = self.earlier(key, turn_id)
-        history.turns = [*earlier, (user_text, reply)][-self.max_turns :]
+        exchange = (control.escape(user_text), control.escape(reply))
+        history.turns = [*earlier, exchange][-self.max_turns :]
         history.last_turn_id = turn_id
         history.touched = time.monotonic()
         self._histories[key] = history
         self._histories.move_to_end(key)
-        host = _host(key)
         mine = [k for k in self._histories if _host(k) == host]
         for old in mine[: max(0, len(mine) - self.max_per_host)]:
             del self._histories[old]  # this client's own oldest, never anyone else's
         while len(self._histories) > self.max_conversations:
-            self._histories.popitem(last=False)
+            # The address holding the most gives up its least recent: never a smaller one.
+            counts = Counter(_host(k) for k in self._histories)
+            most = max(counts.values())
+            del self._histories[next(k for k in self._histories if counts[_host(k)] == most)]
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for old in [k for k, h in self._histories.items() if now - h.touched > self.ttl_seconds]:
+            del self._histories[old]
 
     def _get(self, key: Hashable | None) -> _History | None:
         if key is None:

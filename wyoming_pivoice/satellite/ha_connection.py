@@ -21,7 +21,7 @@ from wyoming.error import Error
 from wyoming.event import Event, async_read_event
 from wyoming.server import AsyncEventHandler
 
-from ..framing import MAX_DATA_BYTES, MAX_FRAME_BYTES, BoundedReader
+from ..wire.framing import MAX_DATA_BYTES, MAX_FRAME_BYTES, BoundedReader
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -121,7 +121,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--llm-timeout",
         type=float,
         default=RemoteLlmSettings.timeout,
-        help="seconds to connect, to the first piece of a reply, and between pieces",
+        help="seconds to connect, to the first piece of a reply, and between pieces with text",
+    )
+    remote.add_argument(
+        "--llm-turn-timeout",
+        type=float,
+        default=RemoteLlmSettings.turn_timeout,
+        help="seconds for a whole reply (a started one ends there, as at --max-tokens)",
+    )
+    remote.add_argument(
+        "--llm-concurrency",
+        type=int,
+        default=RemoteLlmSettings.concurrency,
+        help="turns sent to the engine at once; 0: from the engine (1 for llama-cpp-python's "
+        "server, which ends a running reply when a new request comes; llama-server's slots)",
     )
     remote.add_argument(
         "--llm-fallback",
@@ -278,6 +291,8 @@ def remote_llm_from_args(args: argparse.Namespace) -> RemoteLlmSettings | None:
         model=args.llm_remote_model or None,
         timeout=args.llm_timeout,
         fallback=getattr(args, "llm_fallback", "none"),
+        turn_timeout=getattr(args, "llm_turn_timeout", RemoteLlmSettings.turn_timeout),
+        concurrency=getattr(args, "llm_concurrency", RemoteLlmSettings.concurrency),
     )
 
 

@@ -8,9 +8,10 @@ only its own connection, never a model, and is dropped after `limits.write_timeo
 
 Every request gets the answer its client waits for, whatever happens: a refused or failed
 one gets `error` and then the in-band end Home Assistant reads (errors.py). Refusals are
-queued like requests, so they keep the order of replies. A frame we cannot read, a slot
-refused, an idle or too slow client, an eviction: `error`, then close. The limits are
-listed in limits.py; connection slots in slots.py.
+queued like requests, so they keep the order of replies. A frame we cannot read, an idle or
+too slow client, an eviction: `error`, then close. A connection is admitted to a slot only
+once its first request has been read, so a refusal for want of a slot (`busy`) still gets
+its in-band answer before the close. The limits are listed in limits.py; slots in slots.py.
 """
 
 from __future__ import annotations
@@ -22,20 +23,16 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
 
-from wyoming.error import Error
-from wyoming.event import Event, async_read_event, async_write_event
-from wyoming.server import AsyncEventHandler
+from wyoming.event import Event
 
-from ..framing import BoundedReader
-from .errors import Closing, ErrorCode, Owed, RequestError, ending
+from ..wire.errors import Closing, ErrorCode
+from ..wire.hardened import HardenedConnection
+from .errors import Owed, RequestError, ending
 from .services import Services
 from .slots import Slot
 
 _LOGGER = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 # Events that are not requests: answered, but they keep no connection alive (slots.py).
 _NOT_REQUESTS = {"ping", "describe"}
@@ -82,9 +79,9 @@ class Queue:
         return self.pending == 0 and not self.running and self.jobs.empty()
 
 
-class Connection(AsyncEventHandler):
+class Connection(HardenedConnection):
     """The lifecycle of one connection; `handle_event` and `receiving` say what its events
-    mean (handler.py)."""
+    mean (handler.py). Its reads, writes and refusals are bounded by wire/hardened.py."""
 
     def __init__(
         self,
@@ -92,21 +89,23 @@ class Connection(AsyncEventHandler):
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
-        super().__init__(reader, writer)
-        self.services = services
-        self.limits = services.settings.limits
-        self.bounded = BoundedReader(
-            reader, self.limits.max_frame_bytes, self.limits.max_data_bytes
+        limits = services.settings.limits
+        super().__init__(
+            reader,
+            writer,
+            max_frame_bytes=limits.max_frame_bytes,
+            max_data_bytes=limits.max_data_bytes,
+            frame_timeout=limits.frame_timeout,
+            write_timeout=limits.write_timeout,
         )
-        self.peer = writer.get_extra_info("peername")
-        self.host = str(self.peer[0]) if isinstance(self.peer, tuple) and self.peer else "local"
-        self.slot = Slot(self.host, busy=self._busy, evict=self._evict)
+        self.services = services
+        self.limits = limits
+        self.slot = Slot(self.host, idle=self.evictable, evict=self.evict)
         self.queue = Queue(self.limits.max_pending)
         self._worker: asyncio.Task[None] | None = None
         self._request_deadline: float | None = None  # a request being received must end by then
         self._open_runs: set[str] = set()  # audio/transcript/handled runs started, not stopped
-        self._refused = False  # closing on a frame or client we refused
-        self._evicted = asyncio.Event()
+        self._draining = False  # refused `busy`: the client's audio is dropped until its end
 
     # ---- what the events mean (handler.py) ------------------------------------------------
 
@@ -118,6 +117,10 @@ class Connection(AsyncEventHandler):
         """What a refused event of this type owes its client (unless its error says)."""
         return Owed.NOTHING
 
+    def is_request(self, event_type: str) -> bool:
+        """An event that asks for work: the first one admits the connection to a slot."""
+        return event_type not in _NOT_REQUESTS
+
     # ---- lifecycle ------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -125,11 +128,11 @@ class Connection(AsyncEventHandler):
         services = self.services
         services.clients += 1
         try:
-            if not services.connections.admit(self.slot):
-                self._refused = True
-                await self._error(
-                    f"server busy: all {len(services.connections)} connections have a "
-                    "request in flight",
+            if not services.connections.enter(self.slot):
+                # Only when every waiting connection is mid-frame: nothing can be read here.
+                self.refused = True
+                await self.error(
+                    f"server busy: {services.connections.waiting} connections are sending",
                     ErrorCode.BUSY,
                 )
                 return
@@ -147,128 +150,60 @@ class Connection(AsyncEventHandler):
                 self._worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await self._worker  # also collects a worker that died of a lost client
-            if self._refused and services.clients <= 2 * self.limits.max_clients:
-                await self._linger()
+            if self.refused and services.clients <= 2 * self.limits.max_clients:
+                await self.linger()
             services.clients -= 1
             self.writer.close()
 
-    async def _linger(self, seconds: float = 1.0, max_bytes: int = 1 << 20) -> None:
-        """Before closing on a refusal, let the client's unread bytes in and drop them.
-
-        Closing with unread input makes the kernel reset the connection, and a reset can
-        destroy our `error` event before the client has read it.
-        """
-
-        async def discard() -> None:
-            received = 0
-            while received < max_bytes:
-                data = await self.reader.read(65536)
-                if not data:
-                    return
-                received += len(data)
-
-        with contextlib.suppress(Exception):
-            self.writer.write_eof()
-            await asyncio.wait_for(discard(), seconds)
-
-    def _busy(self) -> bool:
+    def busy(self) -> bool:
         """A request in flight: being received, queued, running or its replies going out."""
         return not self.queue.idle or self.receiving()
 
-    def _evict(self) -> None:
-        """Close this idle connection to make room for another (slots.py)."""
-        self._evicted.set()
+    def eviction_undone(self) -> None:
+        self.services.connections.readmit(self.slot)
 
-    # ---- reading, with its deadlines ------------------------------------------------------
+    # ---- reading, with its deadlines (the reading itself: wire/hardened.py) ---------------
 
-    async def _until_evicted(self, waiting: Awaitable[T], timeout: float) -> T:
-        """`waiting`, unless the connection is evicted first (Closing) or `timeout` passes."""
-        task = asyncio.ensure_future(waiting)
-        evicted = asyncio.ensure_future(self._evicted.wait())
-        try:
-            done, _ = await asyncio.wait(
-                {task, evicted}, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED
+    def next_frame_deadline(self) -> float:
+        """A request being received ends by its deadline; else the idle clock runs."""
+        if self._request_deadline is not None:
+            return self._request_deadline
+        return self.slot.last_request + self.limits.idle_timeout
+
+    def frame_missed(self) -> None:
+        """Closing when the client was idle too long, or left a request unfinished for too
+        long. A client whose replies are still going out is not idle."""
+        if self._request_deadline is not None:
+            raise Closing(
+                f"request not complete within {self.limits.request_timeout:.0f} s",
+                ErrorCode.TIMEOUT,
             )
-        finally:
-            evicted.cancel()
-        if task in done:
-            return task.result()
-        task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
-        if self._evicted.is_set():
-            raise Closing("closed to make room for another client", ErrorCode.EVICTED)
-        raise asyncio.TimeoutError
-
-    async def _wait_for_frame(self) -> bool:
-        """Wait for the next frame to begin (False: the client has gone).
-
-        Raises Closing when the client was idle too long, or left a request unfinished
-        for too long. A client whose replies are still going out is not idle.
-        """
-        while True:
-            if self._request_deadline is not None:
-                deadline = self._request_deadline
-            else:
-                deadline = self.slot.last_request + self.limits.idle_timeout
-            try:
-                return await self._until_evicted(
-                    self.bounded.wait_for_frame(), deadline - time.monotonic()
-                )
-            except asyncio.TimeoutError:
-                if self._request_deadline is not None:
-                    raise Closing(
-                        f"request not complete within {self.limits.request_timeout:.0f} s",
-                        ErrorCode.TIMEOUT,
-                    ) from None
-                if self._busy():
-                    self.slot.touch()
-                    continue
-                _LOGGER.info("%s idle for %.0f s, closing", self.peer, self.limits.idle_timeout)
-                raise Closing("idle timeout", ErrorCode.IDLE) from None
-
-    async def _read_event(self) -> Event | None:
-        """The next event; None when the connection ends (after `error` if we close it)."""
-        try:
-            if not await self._wait_for_frame():
-                return None
-            event = await self._until_evicted(
-                async_read_event(self.bounded),  # type: ignore[arg-type]
-                self.limits.frame_timeout,
-            )
-        except Closing as err:
-            await self._close_with(str(err), err.code)
-            return None
-        except asyncio.TimeoutError:
-            _LOGGER.info("%s sent a partial frame for %.0f s", self.peer, self.limits.frame_timeout)
-            await self._close_with(
-                f"frame not complete within {self.limits.frame_timeout:.0f} s", ErrorCode.TIMEOUT
-            )
-            return None
-        except (asyncio.IncompleteReadError, ConnectionError):
-            _LOGGER.info("%s vanished mid-frame", self.peer)
-            return None
-        except Exception as err:
-            # A frame whose JSON parsed but is not an event (a list, no "type", a length
-            # that is not a number), or JSON nested too deep to parse.
-            await self._close_with(f"malformed frame: {err!r}", ErrorCode.MALFORMED)
-            return None
-        if event is None:
-            if self.bounded.violation:
-                await self._close_with(self.bounded.violation, ErrorCode.FRAME_TOO_LARGE)
-            elif self.bounded.got_line:  # bytes that are not an event (not a clean end)
-                await self._close_with("malformed frame: not a JSON event", ErrorCode.MALFORMED)
-        return event
+        if self.busy():
+            self.slot.touch()
+            return
+        _LOGGER.info("%s idle for %.0f s, closing", self.peer, self.limits.idle_timeout)
+        raise Closing("idle timeout", ErrorCode.IDLE)
 
     async def _read_one(self) -> bool:
         """Read and dispatch one event; False ends the connection."""
-        event = await self._read_event()
+        event = await self.read_event_bounded()
         if event is None:
             return False
+        if self._draining:
+            return event.type != "audio-stop"  # the refused audio's end: now close
         if self._worker is not None and self._worker.done():
             return False  # the worker died (client gone while writing)
         event_type = event.type if isinstance(event.type, str) else ""
-        if event_type not in _NOT_REQUESTS:
+        if self.is_request(event_type):
+            if not self.slot.admitted and not await self._admit(event_type):
+                if self.owed_by(event_type) is not Owed.TRANSCRIPT or event_type == "audio-stop":
+                    return False
+                # Home Assistant writes all its audio before it reads: a close now would
+                # reset it mid-stream. Its audio is read and dropped until audio-stop (within
+                # the request deadline); the empty transcript already waits in its buffer.
+                self._draining = True
+                self._request_deadline = time.monotonic() + self.limits.request_timeout
+                return True
             self.slot.touch()
 
         try:
@@ -278,19 +213,36 @@ class Connection(AsyncEventHandler):
             _LOGGER.info("%s: refused %s: %s (%s)", self.peer, event_type, err.code, err)
             if self.queue.jobs.qsize() >= 2 * self.limits.max_pending:
                 # Refusals piling up faster than the client reads their answers.
-                await self._close_with(
+                await self.close_with(
                     "too many refused requests waiting to be answered", ErrorCode.OVERLOADED
                 )
                 return False
             self.queue.answer(partial(self._answer, err, owed), owed)
             return True
         except Closing as err:
-            await self._close_with(str(err), err.code)
+            await self.close_with(str(err), err.code)
             return False
         except ConnectionError:
             return False  # gone while we answered it (or dropped for not reading)
         finally:
             self._track_request()
+
+    async def _admit(self, event_type: str) -> bool:
+        """A slot for the connection whose first request is `event_type`; refused (False),
+        the client gets `busy` and the end it waits for, then the connection closes."""
+        table = self.services.connections
+        if table.admit(self.slot):
+            return True
+        # A stream refused at its start ends at once: the connection closes.
+        owed = Owed.STREAM_END if event_type == "synthesize-start" else self.owed_by(event_type)
+        _LOGGER.info("%s: refused %s: every slot has a request in flight", self.peer, event_type)
+        self.refused = True
+        error = RequestError(
+            f"server busy: all {len(table)} connections have a request in flight", ErrorCode.BUSY
+        )
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self._answer(error, owed)
+        return False
 
     def _track_request(self) -> None:
         """A request being received must end within `request_timeout` of its first event."""
@@ -337,40 +289,19 @@ class Connection(AsyncEventHandler):
         await self._answer(err, owed)
 
     async def _answer(self, err: RequestError, owed: Owed) -> None:
-        await self._error(str(err), err.code)
+        await self.error(str(err), err.code)
         rate = self.services.description.voice.sample_rate
         for event in ending(owed, err.code, self._open_runs, rate):
             await self.write_event(event)
 
     async def write_event(self, event: Event) -> None:
-        """Write one event; a client that reads nothing for `write_timeout` is dropped.
-
-        Without the bound, `drain()` waits forever on a client that stopped reading.
-        """
+        """Write one event (bounded: hardened.py), noting the runs it starts and stops."""
         run, _, part = event.type.partition("-")
         if run in _RUNS and part == "start":
             self._open_runs.add(run)
         elif run in _RUNS and part == "stop":
             self._open_runs.discard(run)
-        try:
-            await asyncio.wait_for(
-                async_write_event(event, self.writer), timeout=self.limits.write_timeout
-            )
-        except asyncio.TimeoutError:
-            _LOGGER.warning(
-                "%s read nothing for %.0f s, dropping it", self.peer, self.limits.write_timeout
-            )
-            self.writer.transport.abort()  # frees the unsent buffer; the reader sees EOF
-            raise ConnectionResetError("client stopped reading") from None
-
-    async def _close_with(self, text: str, code: ErrorCode) -> None:
-        """`error`, then close (after lingering: a client still sending gets to read why)."""
-        self._refused = True
-        await self._error(text, code)
-
-    async def _error(self, text: str, code: ErrorCode) -> None:
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await self.write_event(Error(text=text, code=code.value).event())
+        await super().write_event(event)
 
 
 async def _stop_marker() -> None:

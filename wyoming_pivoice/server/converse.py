@@ -17,8 +17,9 @@ from typing import Any
 from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop
 
 from .. import compute_log
+from ..wire.errors import ErrorCode
 from .connection import Queue, Write
-from .errors import ErrorCode, Owed, RequestError
+from .errors import Owed, RequestError
 from .limits import Limits
 from .services import Services
 from .validate import context, context_str, text_field

@@ -4,7 +4,8 @@ Home Assistant ignores `error`: STT reads until `transcript`, TTS until `audio-s
 stream until `synthesize-stopped`, a conversation until `handled`/`not-handled`. So every
 refused or failed request gets `error` (for clients that read it) and then the in-band end
 its client waits for (`ending`). A connection we will not read on gets `error` and is
-closed (`Closing`): EOF releases every client. The limits behind the codes: limits.py.
+closed (`Closing`): EOF releases every client. The codes: wire/errors.py; the limits behind
+them: limits.py.
 """
 
 from __future__ import annotations
@@ -17,44 +18,7 @@ from wyoming.event import Event
 from wyoming.handle import HandledStop, NotHandled
 from wyoming.tts import SynthesizeStopped
 
-
-class ErrorCode(str, Enum):
-    """The `code` of the server's `error` events (a str: it goes on the wire as is)."""
-
-    # A request refused; the connection stays.
-    BAD_REQUEST = "bad-request"  # a field of the wrong type, a NUL, text that is not UTF-8
-    TEXT_TOO_LONG = "text-too-long"
-    EMPTY_TEXT = "empty-text"
-    AUDIO_TOO_LONG = "audio-too-long"
-    BAD_AUDIO_FORMAT = "bad-audio-format"
-    EMPTY_AUDIO = "empty-audio"
-    UNKNOWN_SPEAKER = "unknown-speaker"
-    OVERLOADED = "overloaded"  # too many requests (or queued audio) on one connection
-    INTERNAL = "internal"  # a model failed
-    # The connection is closed.
-    MALFORMED = "malformed"
-    FRAME_TOO_LARGE = "frame-too-large"
-    TIMEOUT = "timeout"
-    IDLE = "idle"
-    BUSY = "busy"
-    EVICTED = "evicted"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-# The codes that always close the connection (`overloaded` closes one too when refusals
-# pile up faster than its client reads them; otherwise it refuses one request).
-CLOSING = frozenset(
-    {
-        ErrorCode.MALFORMED,
-        ErrorCode.FRAME_TOO_LARGE,
-        ErrorCode.TIMEOUT,
-        ErrorCode.IDLE,
-        ErrorCode.BUSY,
-        ErrorCode.EVICTED,
-    }
-)
+from ..wire.errors import ErrorCode
 
 
 class Owed(Enum):
@@ -78,14 +42,6 @@ class RequestError(Exception):
         super().__init__(text)
         self.code = code
         self.owed = owed
-
-
-class Closing(Exception):
-    """The connection ends: `error` with this text and code, then close."""
-
-    def __init__(self, text: str, code: ErrorCode) -> None:
-        super().__init__(text)
-        self.code = code
 
 
 # The `not-handled` text, which Home Assistant may speak: short, and free of the request's text.

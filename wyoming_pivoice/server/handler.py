@@ -55,6 +55,10 @@ class PivoiceEventHandler(Connection):
     def owed_by(self, event_type: str) -> Owed:
         return _OWED.get(event_type, Owed.NOTHING)
 
+    def is_request(self, event_type: str) -> bool:
+        # An event we ignore asks for nothing, so it buys no slot and no time.
+        return event_type in _HANDLED and super().is_request(event_type)
+
     async def handle_event(self, event: Event) -> bool:
         data = event_data(event)
         kind = event.type

@@ -1,4 +1,4 @@
-"""The server's limits, all in one place (framing.py's reader enforces the frame sizes).
+"""The server's limits, all in one place (wire/framing.py's reader enforces the frame sizes).
 
 Every refusal sends `error` (for clients that read it) and then ends the client's wait in a
 way Home Assistant understands, since HA ignores `error` (README, *Limits*):
@@ -22,9 +22,12 @@ way Home Assistant understands, since HA ignores `error` (README, *Limits*):
   `max_text_chars` (4000) → `text-too-long`.
 - requests queued on one connection: `max_pending` (64) → `overloaded`; twice that many
   unanswered refusals → closed.
-- connections: `max_clients` (16), `max_clients_per_host` (12) from one address. At a limit
-  the connection that has been idle longest with no request in flight is evicted (`evicted`,
-  closed); only if every one is busy is the newcomer refused (`busy`, closed).
+- connections: `max_clients` (16), `max_clients_per_host` (12) from one address, each taken
+  with a connection's first request, once read (slots.py). At a limit the connection idle
+  longest after a finished request, with nothing unread, is evicted (`evicted`, closed);
+  only if every one has a request is the newcomer refused: `busy` and the end its client
+  waits for, then closed. Connections not yet past their first request wait in a lobby of
+  4 per slot (the oldest silent one closed for room after 1 s).
 - silence: `idle_timeout` (300 s) since the client's last request and last reply → `idle`,
   closed. `ping` and `describe` are answered but do not count as requests: they keep no slot.
 - a client that reads none of its replies: `write_timeout` (30 s) → dropped.
@@ -39,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The frame sizes live beside the reader, which the satellite shares without importing the server.
-from ..framing import MAX_DATA_BYTES, MAX_FRAME_BYTES
+from ..wire.framing import MAX_DATA_BYTES, MAX_FRAME_BYTES
 
 
 @dataclass(frozen=True)

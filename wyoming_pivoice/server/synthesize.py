@@ -21,8 +21,9 @@ from wyoming.tts import SynthesizeStopped
 
 from .. import compute_log
 from ..text import MIN_CLAUSE_CHARS, PhraseSplitter
+from ..wire.errors import ErrorCode
 from .connection import Queue, Write
-from .errors import ErrorCode, Owed, RequestError
+from .errors import Owed, RequestError
 from .limits import Limits
 from .services import Services, UnknownSpeaker
 from .validate import speaker, text_field

@@ -17,8 +17,9 @@ from wyoming.asr import Transcript, TranscriptChunk, TranscriptStart, Transcript
 
 from .. import compute_log
 from ..audio import AudioFormatError, StreamingConverter, check_format
+from ..wire.errors import ErrorCode
 from .connection import Queue, Write
-from .errors import ErrorCode, Owed, RequestError
+from .errors import Owed, RequestError
 from .limits import Limits
 from .services import Services
 from .validate import language

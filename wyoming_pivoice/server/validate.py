@@ -7,7 +7,8 @@ from typing import Any
 
 from wyoming.event import Event
 
-from .errors import ErrorCode, RequestError
+from ..wire.errors import ErrorCode
+from .errors import RequestError
 
 
 def event_data(event: Event) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Reading Wyoming frames from an untrusted peer: block sizes checked before reading.
 
-Used by the server and the Home Assistant satellite alike (server/limits.py's README
-section describes the refusals).
+Used by the server and the Home Assistant satellite alike (server/limits.py describes the
+refusals).
 """
 
 from __future__ import annotations
@@ -43,6 +43,17 @@ class BoundedReader:
         if not self._first:
             self._first = await self._reader.read(1)
         return bool(self._first)
+
+    @property
+    def pending(self) -> bool:
+        """Bytes have arrived that no frame has consumed yet (a request may be among them).
+
+        asyncio's StreamReader has no public count of its buffer; `_buffer` has been its
+        bytearray since Python 3.4. Without it a connection whose request had just arrived,
+        before its task ran, looked idle and could be evicted.
+        """
+        buffered = getattr(self._reader, "_buffer", None)
+        return bool(self._first) or (buffered is not None and len(buffered) > 0)
 
     async def readline(self) -> bytes:
         self.got_line = True  # stays True if the line is over asyncio's limit (ValueError)
