@@ -774,7 +774,7 @@ class TurnNotes:
         previous = " ".join(history[-1]) if history else ""
         found = self.base.retrieve(user_text, previous)
         # A cap of their own only where the engine counts exactly (the local model): a
-        # remote engine's count is a bound 4× over, and its machine reads prompts fast.
+        # remote engine's count is an estimate, and its machine reads prompts fast.
         exact = getattr(engine, "prompt_tokens", None) is not None
         cap = self.base.settings.max_tokens if exact else None
         system, kept, tokens = fit_notes(
