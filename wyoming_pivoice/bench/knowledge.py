@@ -92,6 +92,11 @@ def _first_phrase(llm: LlamaChat, messages: list[dict[str, str]]) -> tuple[float
 
 
 def run(megabytes: float = 10.0, rounds: int = 3, workdir: Path | None = None) -> dict[str, Any]:
+    if not (FIXTURES / "questions.json").is_file():
+        raise SystemExit(
+            f"bench --knowledge: its questions are in the repository ({FIXTURES} is missing): "
+            "run it from a checkout"
+        )
     load_start = [round(x, 2) for x in os.getloadavg()]
     work = Path(tempfile.mkdtemp(prefix="knowledge-bench-", dir=workdir))
     notes = work / "notes"
