@@ -97,6 +97,10 @@ build_server_args() {
         PIVOICE_LLM_API_KEY="$(bashio::config 'llm_api_key')"
         export PIVOICE_LLM_API_KEY
     fi
+    # The household's notes in the share folder; their index with the add-on's data.
+    if bashio::config.true 'knowledge'; then
+        server_args+=(--knowledge "${SHARE_DIR}/knowledge" --knowledge-index /data/knowledge.sqlite3)
+    fi
 }
 
 build_satellite_args() {

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from wyoming_pivoice.doctor import models, remote, system
+from wyoming_pivoice.doctor import knowledge, models, remote, system
 from wyoming_pivoice.doctor.audio import AudioDevice, AudioReport, check_audio
 from wyoming_pivoice.doctor.base import MIB, Machine, Status
 from wyoming_pivoice.doctor.cli import exit_code, render_text
@@ -41,7 +41,8 @@ from .helpers import REPO
 GIB = 1024 * MIB
 WYOMING_PIVOICE = REPO / ".venv" / "bin" / "wyoming-pivoice"
 # What a run without --llm-url reports, in order.
-LOCAL = [check.name for check in CHECKS if check is not remote.REMOTE]
+# Checks asked for by an option only (--llm-url, --knowledge) are not in a plain run.
+LOCAL = [check.name for check in CHECKS if check not in (remote.REMOTE, knowledge.KNOWLEDGE)]
 LINE = re.compile(r"^(OK|INFO|WARN|FAIL)\s+(\S+)\s+(.+)$")
 
 

@@ -8,10 +8,16 @@ stepped under a running process):
     {"at": ..., "event": "compute", "kind": "asr"|"llm"|"tts", "request": ..., "model": ...,
      "seconds": ..., "first": ..., "tokens_in": ..., "tokens_out": ..., "audio_seconds": ...}
 
+    {"at": ..., "event": "knowledge", "passages": [...], "scores": [...], "tokens": ...,
+     "found": ..., "seconds": ...}
+
 `at` is when the load or request ended; `first` the seconds to the first token (LLM) or the
 first audio (TTS). Token counts are the model's own: the prompt as its tokenizer reads it,
 and the pieces it generated (one per token); null where the engine cannot count them
-exactly (a remote engine). The bench reads this file (`read`), never the human log.
+exactly (a remote engine). A knowledge record (--knowledge) is a turn's retrieval: the
+passages put in its prompt (`file#heading`, never their text), their BM25 scores, the
+prompt tokens they take and how many matched before fitting. The bench reads this file
+(`read`), never the human log.
 
 Like `logging`, there is one log per process: the server's `--compute-log PATH` opens it
 (`open_log`), the code that times a model records into `current()`, and without a path
@@ -50,6 +56,16 @@ class Compute:
     tokens_in: int | None = None
     tokens_out: int | None = None
     audio_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    at: float
+    passages: list[str]
+    scores: list[float]
+    tokens: int
+    found: int
+    seconds: float
 
 
 class ComputeLog:
@@ -102,6 +118,21 @@ class ComputeLog:
             }
         )
 
+    def record_knowledge(
+        self, passages: list[str], scores: list[float], tokens: int, seconds: float, found: int
+    ) -> None:
+        """One turn's retrieval from the household's notes (server/knowledge.py)."""
+        self._write(
+            {
+                "event": "knowledge",
+                "passages": passages,
+                "scores": scores,
+                "tokens": tokens,
+                "found": found,
+                "seconds": round(seconds, 5),
+            }
+        )
+
     def prompt_tokens(self, engine: Any, messages: list[dict[str, str]]) -> int | None:
         """The prompt's tokens by the engine's own tokenizer (None: not logging, or an engine
         that only estimates them). Runs where the engine is held (its worker thread)."""
@@ -148,15 +179,29 @@ def current() -> ComputeLog:
 
 
 def read(path: Path) -> list[Load | Compute]:
-    """The records of a compute log; a line still being written (no newline yet) is left out."""
+    """The load and compute records of a compute log; a line still being written (no newline
+    yet) is left out."""
+    records: list[Load | Compute] = []
+    for event, data in _lines(path):
+        if event == "load":
+            records.append(Load(**data))
+        elif event == "compute":
+            records.append(Compute(**data))
+    return records
+
+
+def read_knowledge(path: Path) -> list[Knowledge]:
+    """The knowledge records of a compute log (one per turn with --knowledge)."""
+    return [Knowledge(**data) for event, data in _lines(path) if event == "knowledge"]
+
+
+def _lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
     if not path.is_file():
         return []
-    records: list[Load | Compute] = []
-    text = path.read_text(encoding="utf-8")
-    for line in text.splitlines(keepends=True):
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
         if not line.endswith("\n"):
             break
         data = json.loads(line)
-        event = data.pop("event")
-        records.append(Load(**data) if event == "load" else Compute(**data))
-    return records
+        lines.append((data.pop("event"), data))
+    return lines

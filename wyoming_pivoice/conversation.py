@@ -26,6 +26,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from .engines import control
 from .engines.llm import ChatEngine, Message
@@ -45,6 +46,20 @@ class _History:
     turns: list[Exchange] = field(default_factory=list)
     touched: float = field(default_factory=time.monotonic)
     last_turn_id: str | None = None  # the client's id for the newest exchange, if it gave one
+
+
+class Notes(Protocol):
+    """Local knowledge (server/knowledge.py): the system prompt with the household's notes
+    for this turn, fitted so the whole prompt stays within `budget` tokens."""
+
+    def notes_prompt(
+        self,
+        engine: ChatEngine,
+        system_prompt: str,
+        history: list[Exchange],
+        user_text: str,
+        budget: int,
+    ) -> str: ...
 
 
 class PromptTooLong(ValueError):
@@ -76,6 +91,7 @@ class ConversationStore:
         self.max_hosts = max_hosts
         self.ttl_seconds = ttl_seconds
         self._histories: OrderedDict[Hashable, _History] = OrderedDict()
+        self.notes: Notes | None = None  # --knowledge: set by the server (server/app.py)
 
     @staticmethod
     def key(host: str, conversation_id: str | None) -> Hashable | None:
@@ -109,8 +125,11 @@ class ConversationStore:
         """
         budget = engine.context_size - reply_tokens - CONTEXT_MARGIN
         history = list(earlier)
+        system = self.system_prompt
+        if self.notes is not None:  # the notes come after the system prompt, trimmed first
+            system = self.notes.notes_prompt(engine, system, history, user_text, budget)
         while True:
-            messages = build(self.system_prompt, history, user_text)
+            messages = build(system, history, user_text)
             if engine.count_tokens(messages) <= budget:
                 return messages
             if not history:
@@ -120,7 +139,7 @@ class ConversationStore:
 
         # The turn alone is too long: keep the longest end of it that fits.
         def fits(start: int) -> bool:
-            return engine.count_tokens(build(self.system_prompt, [], user_text[start:])) <= budget
+            return engine.count_tokens(build(system, [], user_text[start:])) <= budget
 
         if not fits(len(user_text) - 1):
             raise PromptTooLong(
@@ -139,7 +158,7 @@ class ConversationStore:
             len(user_text) - high,
             len(user_text),
         )
-        return build(self.system_prompt, [], user_text[high:])
+        return build(system, [], user_text[high:])
 
     def record(
         self, key: Hashable | None, user_text: str, reply: str, turn_id: str | None = None

@@ -11,6 +11,7 @@ from .engines.asr import AsrSettings
 from .engines.llm import LlmSettings
 from .engines.remote_llm import RemoteLlmSettings
 from .engines.tts import TtsSettings
+from .server.knowledge import KnowledgeSettings
 from .server.limits import Limits
 from .zeroconf import ZeroconfSettings
 
@@ -29,3 +30,4 @@ class ServerSettings:
     language: str | None = None  # --language: the pipeline's (ASR, voice, prompt, phrases)
     limits: Limits = field(default_factory=Limits)
     zeroconf: ZeroconfSettings = field(default_factory=ZeroconfSettings)
+    knowledge: KnowledgeSettings | None = None  # --knowledge: the household's notes

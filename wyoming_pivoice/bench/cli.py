@@ -136,6 +136,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "(alone, it skips the latency bench)",
     )
 
+    knowledge = parser.add_argument_group("local knowledge")
+    knowledge.add_argument(
+        "--knowledge",
+        action="store_true",
+        help="what --knowledge costs a turn: retrieval and prompt assembly on generated notes, "
+        "first phrase with knowledge on and off (in this process; alone, it skips the rest)",
+    )
+    knowledge.add_argument("--knowledge-mb", type=float, default=10.0, help="notes to generate")
+
     soak = parser.add_argument_group("soak")
     soak.add_argument(
         "--soak",
@@ -192,9 +201,14 @@ def run(args: argparse.Namespace) -> int:
     if logging.getLogger().level < logging.WARNING:
         for name in ("wyoming_pivoice.satellite", "wyoming_pivoice.timing", "faster_whisper"):
             logging.getLogger(name).setLevel(logging.WARNING)
-    options = options_from_args(args)
-    result = runner.run(options)
-    sys.stdout.write(report.render(result))
+    if args.knowledge:  # its own section, in this process (bench/knowledge.py)
+        from . import knowledge
+
+        result = knowledge.run(args.knowledge_mb, args.rounds or 3, args.workdir)
+        sys.stdout.write(knowledge.render(result))
+    else:
+        result = runner.run(options_from_args(args))
+        sys.stdout.write(report.render(result))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..engines.remote_llm import RemoteLlmSettings
 from ..models import EMBEDDED
+from ..server.knowledge import KnowledgeSettings, default_index
 from .audio import EchoChoice, probe_pyaudio
 from .base import Finding, Machine, Status
 from .models import ModelChoice
@@ -48,7 +49,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     remote.add_argument("--llm-api-key", default=None, help="else $PIVOICE_LLM_API_KEY")
     remote.add_argument("--llm-remote-model", default=None)
     remote.add_argument("--llm-timeout", type=float, default=RemoteLlmSettings.timeout)
+    notes = parser.add_argument_group("local knowledge, if the server uses it")
+    notes.add_argument("--knowledge", type=Path, default=None, metavar="DIR")
+    notes.add_argument("--knowledge-index", type=Path, default=None, metavar="PATH")
     parser.set_defaults(func=run)
+
+
+def _knowledge(args: argparse.Namespace) -> KnowledgeSettings | None:
+    if args.knowledge is None:
+        return None
+    index = args.knowledge_index or default_index(args.knowledge)
+    return KnowledgeSettings(folder=args.knowledge, index=index)
 
 
 def exit_code(findings: list[Finding]) -> int:
@@ -92,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         echo=EchoChoice(aec=not args.no_aec, barge_in=not args.no_barge_in),
         audio_probe=None if args.no_audio else probe_pyaudio,
         remote_llm=remote_llm,
+        knowledge=_knowledge(args),
     )
     findings = run_checks(subject)
     sys.stdout.write((render_json if args.json else render_text)(findings) + "\n")

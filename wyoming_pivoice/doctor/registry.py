@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..engines.remote_llm import RemoteLlmSettings
-from . import audio, models, remote, system
+from ..server.knowledge import KnowledgeSettings
+from . import audio, knowledge, models, remote, system
 from .audio import AudioProbe, EchoChoice, probe_echo_canceller, probe_pyaudio
 from .base import Check, Finding, Machine, Status
 from .models import ModelChoice
@@ -30,6 +31,7 @@ class Subject:
     echo_probe: Callable[[], str | None] = probe_echo_canceller
     llama_probe: Callable[[], LlamaBuild | str] = probe_llama
     remote_llm: RemoteLlmSettings | None = None  # None: the server runs its LLM itself
+    knowledge: KnowledgeSettings | None = None  # None: no --knowledge
 
     @cached_property
     def audio(self) -> dict[str, Finding]:
@@ -61,6 +63,10 @@ def _remote(subject: Subject) -> Finding | None:
     return remote.check_remote_llm(subject.remote_llm)
 
 
+def _knowledge(subject: Subject) -> Finding | None:
+    return None if subject.knowledge is None else knowledge.check_knowledge(subject.knowledge)
+
+
 def _audio(check: Check) -> Entry:
     return Entry(check, lambda subject: subject.audio[check.name])
 
@@ -86,6 +92,7 @@ REGISTRY: tuple[Entry, ...] = (
     _model(models.LLM),
     _model(models.VAD),
     Entry(models.CATALOGUE, lambda _subject: models.check_catalogue()),
+    Entry(knowledge.KNOWLEDGE, _knowledge),
     Entry(remote.REMOTE, _remote),
 )
 CHECKS: tuple[Check, ...] = tuple(entry.check for entry in REGISTRY)

@@ -21,6 +21,7 @@ from ..models import EMBEDDED, EMBEDDED_WHISPER_NAME, ModelNotFoundError, check_
 from ..settings import ServerSettings
 from ..startup import StartupError, advertise, how_to_add, listen, stop_on_signals, withdraw
 from .handler import PivoiceEventHandler
+from .knowledge import KnowledgeBase, KnowledgeError, TurnNotes, open_knowledge
 from .services import Services
 
 _LOGGER = logging.getLogger(__name__)
@@ -115,10 +116,23 @@ async def load_at_start(services: Services) -> list[str]:
     return names
 
 
+def _knowledge(settings: ServerSettings) -> KnowledgeBase | None:
+    """The notes' index (--knowledge), opened before listening: a misconfigured one is one line."""
+    if settings.knowledge is None:
+        return None
+    try:
+        return open_knowledge(settings.knowledge)
+    except KnowledgeError as err:
+        raise StartupError(f"--knowledge: {err}", code=2) from None
+
+
 async def serve(settings: ServerSettings, ready: asyncio.Event | None = None) -> int:
     sys.setswitchinterval(0.0005)  # the loop gets the GIL back soon from loader threads
     check_models(settings)
     services = Services.from_settings(settings)
+    knowledge = _knowledge(settings)
+    if knowledge is not None:  # the notes in each turn's prompt; indexed on a thread of its own
+        services.conversations.notes = TurnNotes(knowledge)
     server = AsyncServer.from_uri(settings.uri)
     factory = partial(PivoiceEventHandler, services)
     stdio_task: asyncio.Task[None] | None = None
@@ -128,6 +142,8 @@ async def serve(settings: ServerSettings, ready: asyncio.Event | None = None) ->
         await listen(server, factory, settings.uri)
     _LOGGER.info("Listening on %s", settings.uri)
     services.start_loading()
+    if knowledge is not None:
+        knowledge.start()
 
     advertiser = await advertise(settings.zeroconf, server, settings.uri, "server", DEFAULT_PORT)
 
@@ -158,6 +174,8 @@ async def serve(settings: ServerSettings, ready: asyncio.Event | None = None) ->
         _LOGGER.info("Stopping")
         await withdraw(advertiser)
         await server.stop()
+        if knowledge is not None:
+            knowledge.close()
     if failed is not None:
         raise failed
     return 0

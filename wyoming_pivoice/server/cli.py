@@ -14,6 +14,7 @@ from ..engines.tts import TtsSettings
 from ..models import EMBEDDED, ModelStore
 from ..settings import DEFAULT_SERVER_URI, ServerSettings, ZeroconfSettings
 from ..startup import server_uri
+from .knowledge import KnowledgeSettings, default_index
 from .limits import Limits
 
 
@@ -172,6 +173,30 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="local: the local model (--llm-model) answers while the engine cannot",
     )
 
+    knowledge = parser.add_argument_group("local knowledge (the household's notes)")
+    knowledge.add_argument(
+        "--knowledge",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a folder of .txt and .md notes; each turn's prompt gets the passages that match "
+        "its words (docs/knowledge.md). Re-read when files change",
+    )
+    knowledge.add_argument(
+        "--knowledge-index",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the notes' search index (SQLite); default: "
+        "$XDG_DATA_HOME/wyoming-pivoice/knowledge-<hash of DIR>.sqlite3 (never inside DIR)",
+    )
+    knowledge.add_argument(
+        "--knowledge-tokens",
+        type=int,
+        default=KnowledgeSettings.max_tokens,
+        help="most prompt tokens the notes may take in one turn (the local model's count)",
+    )
+
     limits = parser.add_argument_group("limits")
     limits.add_argument("--max-audio-seconds", type=float, default=Limits.max_audio_seconds)
     limits.add_argument("--max-text-chars", type=int, default=Limits.max_text_chars)
@@ -283,6 +308,18 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
         zeroconf=ZeroconfSettings(
             enabled=not args.no_zeroconf, name=args.zeroconf_name, host=args.zeroconf_host
         ),
+        knowledge=knowledge_from_args(args),
+    )
+
+
+def knowledge_from_args(args: argparse.Namespace) -> KnowledgeSettings | None:
+    if args.knowledge is None:
+        return None
+    folder = args.knowledge.expanduser()
+    return KnowledgeSettings(
+        folder=folder,
+        index=args.knowledge_index or default_index(folder),
+        max_tokens=args.knowledge_tokens,
     )
 
 
