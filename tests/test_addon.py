@@ -288,7 +288,10 @@ def test_script_setup_runtime_installs_what_the_base_image_lacks() -> None:
 
 
 def test_shell_scripts_are_shellcheck_clean() -> None:
-    scripts = [ADDON / "run.sh", REPO / "script" / "install-service", FIXTURES / "bashio.sh"]
+    scripts = [
+        ADDON / "run.sh", ADDON / "healthcheck.sh", FIXTURES / "bashio.sh",
+        *(REPO / "script" / n for n in ("install-service", "build-addon", "check-addon-image")),
+    ]  # fmt: skip
     done = subprocess.run(
         ["shellcheck", *map(str, scripts)], capture_output=True, text=True, check=False
     )
