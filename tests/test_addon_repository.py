@@ -274,3 +274,7 @@ async def test_healthcheck_passes_for_this_program_only() -> None:
     async with StandIn(None) as silent:
         assert await healthcheck(silent.port) != 0
     assert await healthcheck(silent.port) != 0  # closed
+
+
+async def test_healthcheck_passes_against_the_real_server(server_port: int) -> None:
+    assert await healthcheck(server_port) == 0
