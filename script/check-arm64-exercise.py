@@ -1,8 +1,8 @@
-"""Run by script/check-arm64 inside the arm64 root (cwd /src, the root's .venv python) and by
-script/check-addon-image inside the image's root: starts the server (from BIN_DIR, the first
-argument, default .venv/bin) and asks it what Home Assistant would, timing each step.
-Real speech: the second argument, default kitchen.wav. Exits 1 on a wrong answer.
-Under emulation the times are qemu's, not a Pi's."""
+"""Run by script/check-arm64 inside the arm64 root (cwd /src, the root's .venv python): starts
+the server (from BIN_DIR, the first argument, default .venv/bin) and asks it what Home
+Assistant would, timing each step; by script/check-addon-image inside the image with
+`--port PORT`: asks the server the add-on's run.sh started. Real speech: the next argument,
+default kitchen.wav. Exits 1 on a wrong answer. Under emulation the times are qemu's."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from wyoming.info import Describe, Info
 from wyoming_pivoice.ports import free_port, wait_for_port
 
 LOAD_TIMEOUT = 1800.0  # model loads under emulation take minutes
-WAV = sys.argv[2] if len(sys.argv) > 2 else "kitchen.wav"
+RUNNING = sys.argv[1:2] == ["--port"]  # a server that already runs, on that port
+WAV = sys.argv[3 if RUNNING else 2] if len(sys.argv) > (3 if RUNNING else 2) else "kitchen.wav"
 
 
 async def ask(port: int, events: list[Event], until: str) -> list[Event]:
@@ -81,6 +82,10 @@ async def exercise(port: int) -> bool:
 
 
 def main() -> int:
+    if RUNNING:
+        ok = asyncio.run(exercise(int(sys.argv[2])))
+        print("exercise:", "PASSED" if ok else "FAILED", flush=True)
+        return 0 if ok else 1
     bin_dir = sys.argv[1] if len(sys.argv) > 1 else ".venv/bin"
     port = free_port()
     start = time.monotonic()

@@ -418,12 +418,13 @@ def dockerfile_stages() -> list[list[tuple[str, str]]]:
     return result
 
 
-def healthcheck_command() -> str:
-    """The shell command of the add-on image's HEALTHCHECK."""
+def healthcheck_command(port: int = 10800) -> str:
+    """The add-on image's HEALTHCHECK (addon/healthcheck.sh) as a shell command on `port`."""
     _, _, final = dockerfile_stages()
     [health] = [a for w, a in final if w == "HEALTHCHECK"]
     assert "--start-period=" in health
-    return health.split(" CMD ", 1)[1]
+    assert health.split(" CMD ", 1)[1] == '[ "/healthcheck.sh" ]'
+    return f"{ADDON / 'healthcheck.sh'} {port}"
 
 
 # ---- speech and audio for the satellite ---------------------------------------------------

@@ -1,6 +1,6 @@
 """The Home Assistant add-on, checked without Docker.
 
-config.yaml and build.yaml are read against the Supervisor's own rules (ported from
+config.yaml and the Dockerfile's base are read against the Supervisor's own rules (ported from
 home-assistant/supervisor `supervisor/addons/validate.py` and `supervisor/addons/options.py`:
 the keys it knows, the schema type grammar, option validation, ports, arch names, map
 volumes, image names). run.sh runs under a stand-in bashio with a stub `wyoming-pivoice`,
@@ -129,11 +129,6 @@ def config() -> dict[str, Any]:
     return yaml.safe_load((ADDON / "config.yaml").read_text())
 
 
-@pytest.fixture(scope="module")
-def build() -> dict[str, Any]:
-    return yaml.safe_load((ADDON / "build.yaml").read_text())
-
-
 # --- config.yaml ----------------------------------------------------------------------------
 
 
@@ -230,19 +225,52 @@ def test_changelog_starts_with_this_version(config: dict[str, Any]) -> None:
     assert headings[0] == config["version"]
 
 
-# --- build.yaml (the Dockerfile and the repository: test_addon_repository.py) --------------
+# --- the base image per architecture, without build.yaml -----------------------------------
 
 
-def test_build_from_debian_base_images_for_both_arches(
-    build: dict[str, Any], config: dict[str, Any]
-) -> None:
-    assert set(build["build_from"]) == set(config["arch"])
-    for arch, image in build["build_from"].items():
+def test_base_image_per_arch_without_build_yaml(config: dict[str, Any]) -> None:
+    """The newest Supervisor warns that build.yaml is deprecated and then passes no BUILD_FROM;
+    those before 2026.04 pass BUILD_FROM=<arch>-base:latest (Alpine) without one. So the
+    Dockerfile picks Home Assistant's Debian base from BUILD_ARCH, which every Supervisor
+    passes, and never reads BUILD_FROM."""
+    assert not (ADDON / "build.yaml").exists() and not (ADDON / "build.json").exists()
+    lines = (ADDON / "Dockerfile").read_text().splitlines()
+    dockerfile = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    assert "BUILD_FROM" not in dockerfile
+    args = dict(
+        line.removeprefix("ARG ").split("=", 1)
+        for line in dockerfile.splitlines()
+        if line.startswith("ARG ") and "=" in line
+    )
+    assert args["BUILD_ARCH"] == "amd64"  # a plain `docker build` outside the Supervisor
+    base = args["PIVOICE_BASE"]
+    for arch in config["arch"]:
+        image = base.replace("${BUILD_ARCH}", arch)
+        assert image == f"ghcr.io/home-assistant/{arch}-base-debian:bookworm"
         assert RE_DOCKER_IMAGE_BUILD.match(image), image
-        assert image.startswith(f"ghcr.io/home-assistant/{arch}-base-debian:")
-    # The version comes from config.yaml alone: the Supervisor passes it as BUILD_VERSION.
-    assert "PIVOICE_VERSION" not in build.get("args", {})
-    assert all(isinstance(k, str) and isinstance(v, str) for k, v in build.get("args", {}).items())
+    froms = re.findall(r"^FROM (\S+)", dockerfile, re.M)
+    assert froms == ["${PIVOICE_BASE}", "${PIVOICE_BASE}"]
+
+
+def test_homeassistant_minimum_icon_and_logo(config: dict[str, Any]) -> None:
+    """The oldest Home Assistant this was tested with (2025.4.4, shared/research/
+    wyoming-protocol.md §8); the store shows icon.png (square) and logo.png."""
+    assert config["homeassistant"] == "2025.4.4"
+    for name, square in (("icon.png", True), ("logo.png", False)):
+        data = (ADDON / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", name
+        width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+        assert 64 <= width <= 512 and 64 <= height <= 512, (name, width, height)
+        assert (width == height) == square, (name, width, height)
+        assert len(data) < 50_000, name
+
+
+def test_docs_use_home_assistant_2026_names() -> None:
+    """HA 2026 calls add-ons apps: Settings → Apps (the older path named beside it)."""
+    for path in (ADDON / "DOCS.md", REPO / "README.md"):
+        text = path.read_text()
+        assert "Settings → Apps" in text, path
+        assert "Prefer handling commands locally" in text, path
 
 
 def test_script_setup_runtime_installs_what_the_base_image_lacks() -> None:
@@ -260,7 +288,10 @@ def test_script_setup_runtime_installs_what_the_base_image_lacks() -> None:
 
 
 def test_shell_scripts_are_shellcheck_clean() -> None:
-    scripts = [ADDON / "run.sh", REPO / "script" / "install-service", FIXTURES / "bashio.sh"]
+    scripts = [
+        ADDON / "run.sh", ADDON / "healthcheck.sh", FIXTURES / "bashio.sh",
+        *(REPO / "script" / n for n in ("install-service", "build-addon", "check-addon-image")),
+    ]  # fmt: skip
     done = subprocess.run(
         ["shellcheck", *map(str, scripts)], capture_output=True, text=True, check=False
     )

