@@ -19,6 +19,7 @@ import pytest_asyncio
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe
 
+from wyoming_pivoice.engines.chat import SlotChat
 from wyoming_pivoice.engines.llm import LlmSettings
 from wyoming_pivoice.engines.remote_llm import (
     MAX_LINE_BYTES,
@@ -252,7 +253,8 @@ async def test_describe_is_answered_while_the_probe_reads_a_huge_list() -> None:
     async with HostileEngine(models=_models(43 * 1024 * 1024 // 460)) as engine:
         remote = RemoteLlmSettings(url=engine.url, timeout=5, model="m")
         services = Services.from_settings(ServerSettings(remote_llm=remote))
-        assert isinstance(services.llm, RemoteLlmSlot)
+        assert isinstance(services.llm, SlotChat)
+        assert isinstance(services.llm.slot, RemoteLlmSlot)
         async with in_process_server(services) as port:
             services.llm.start_loading()
             async with AsyncTcpClient("127.0.0.1", port) as client:
