@@ -271,6 +271,10 @@ class Endpointer:
         # The echo canceller's evidence on the chunk just read (turn_policy), given the
         # VAD's probability; set by echo.cancel_echo.
         self.evidence: Callable[[float], Evidence] | None = None
+        # The audio core scores every chunk on its own thread: the probability of the chunk
+        # being fed, or None (then the VAD runs here). `on_reset` resets the VAD over there.
+        self.frame_probability: Callable[[bytes], float | None] | None = None
+        self.on_reset: Callable[[], None] | None = None
         self._vad = vad
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="pivoice vad")
 
@@ -301,8 +305,10 @@ class Endpointer:
         """Process one chunk captured at `now` (default: the time of the call)."""
         if now is None:
             now = time.monotonic()
-        loop = asyncio.get_running_loop()
-        prob = await loop.run_in_executor(self._executor, self.probability, chunk)
+        prob = self.frame_probability(chunk) if self.frame_probability is not None else None
+        if prob is None:
+            loop = asyncio.get_running_loop()
+            prob = await loop.run_in_executor(self._executor, self.probability, chunk)
         return self._process(prob, chunk, now)
 
     def _process(self, prob: float, chunk: bytes, now: float) -> list[EndpointEvent]:
@@ -319,9 +325,17 @@ class Endpointer:
     def reset(self) -> None:
         """Forget the current utterance and the VAD's state (e.g. after a pause)."""
         self.logic.reset()
+        if self.on_reset is not None:
+            self.on_reset()
+            return
         vad = self._vad
         if vad is not None:
             self._executor.submit(vad.reset)
+
+    def reset_vad(self) -> None:
+        """Blocking: forget the VAD's recurrent state (on the thread that runs it)."""
+        if self._vad is not None:
+            self._vad.reset()
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)
