@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -34,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from wyoming.audio import AudioFormat
 
-from ..realtime import Pacer
+from ..realtime import AUDIO_RT_PRIORITY, Pacer
 from .acoustics import RATE, EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
 
 _LOGGER = logging.getLogger(__name__)
@@ -47,6 +48,22 @@ MIC_BACKLOG_S = 2.0  # a microphone reader further behind than this is dropped
 # Silence this long ends a reply (Piper's pauses between sentences are ~0.2-0.3 s; the
 # bench asks its next question 1.2 s after a reply ends).
 REPLY_GAP_S = 0.8
+
+
+def _raise_priority() -> tuple[int, int] | None:
+    """This thread to real-time round-robin (where permitted); returns what to restore."""
+    try:
+        old = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(AUDIO_RT_PRIORITY))
+        return old
+    except (AttributeError, OSError):
+        return None
+
+
+def _restore_priority(old: tuple[int, int] | None) -> None:
+    if old is not None:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, old[0], os.sched_param(old[1]))
 
 
 @dataclass
@@ -222,13 +239,21 @@ class Room:
 
     async def _run(self) -> None:
         # A tick plays the block that has just gone by, on a fixed timeline: a late tick
-        # catches up rather than shifting the room's time.
+        # catches up rather than shifting the room's time. The room stands in for hardware
+        # (a sound card's clock does not wait for the CPU): it runs at the audio threads'
+        # priority where permitted, and between catch-up ticks the speakers' commands get
+        # to refill their device buffers, so the room's own lateness is no underrun.
+        policy = _raise_priority()
         pacer = Pacer(lead=-BLOCK_SECONDS, late=None)
-        while True:
-            self.now = await pacer.advance(BLOCK_SECONDS) + BLOCK_SECONDS
-            self._step()
-            async with self._tick:
-                self._tick.notify_all()
+        try:
+            while True:
+                self.now = await pacer.advance(BLOCK_SECONDS) + BLOCK_SECONDS
+                self._step()
+                async with self._tick:
+                    self._tick.notify_all()
+                await asyncio.sleep(0)
+        finally:
+            _restore_priority(policy)
 
     def _step(self) -> None:
         if self.mic_opened is None and self._mics:
