@@ -194,7 +194,7 @@ def run(
             run_ = asyncio.run(
                 run_satellite_in_room(
                     server_uri, script, case.acoustics(seed=index + 1), workdir / case.name,
-                    *extra, quiet_s=QUIET_S, limit_s=limit, log_level="INFO",
+                    *extra, quiet_s=QUIET_S, limit_s=limit, log_level="DEBUG",
                 )
             )  # fmt: skip
             loads.append(os.getloadavg()[0])

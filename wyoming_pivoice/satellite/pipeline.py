@@ -207,6 +207,7 @@ class Turns:
             clock = run.clock
             clock.mark("last_voiced", event.last_voiced)
             clock.mark("endpoint", event.time)
+            clock.mark("endpoint_heard")
             clock.speculation_cancelled = self._cancelled
             _LOGGER.debug(
                 "Turn %d: endpoint after %.2f s of audio%s",
