@@ -485,10 +485,9 @@ BLOCK_SECONDS = 0.02  # the speaker thread writes blocks this long, audio or sil
 # wake-up of the speaker thread, short enough that a barge-in is silent within it.
 CONTINUOUS_LEAD = 0.04
 KEEP_REFERENCE_SECONDS = 30.0  # bound on audio queued for the speaker (a drain waits for it)
-# The speaker thread this late for a block: the device (its buffer, the command's pipe)
-# surely ran dry. Less is left alone: a device that did run dry for a moment only makes
-# the reference early, the direction AEC3 copes with.
-UNDERRUN_LATE = 0.1
+# The speaker thread this late for a block (past its due time: everything before it has
+# played, the lead is used up): the device ran dry.
+UNDERRUN_LATE = 0.005
 
 
 class SpeakerDevice(Protocol):
@@ -663,6 +662,7 @@ class ContinuousSink:
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
         self._failed: BaseException | None = None
+        self._cut = False  # a barge-in cut the reply: drop its audio until stop/drain
 
     @property
     def playing(self) -> bool:
@@ -687,6 +687,8 @@ class ContinuousSink:
         if self._thread is None or self._failed is not None:
             await self._start()
         with self._lock:
+            if self._cut:
+                return
             reply = self._reply
             if reply is None or reply.ended or reply.done.is_set():
                 reply = self._reply = _Reply()
@@ -709,6 +711,7 @@ class ContinuousSink:
         self._thread.start()
 
     async def drain(self) -> None:
+        self._cut = False
         reply = self._reply
         if reply is None:
             return
@@ -727,15 +730,27 @@ class ContinuousSink:
         reply.done.set()
 
     async def stop(self) -> None:
+        self.cut()
+        self._cut = False
+
+    def cut(self, hold: bool = False) -> None:
+        """Thread-safe stop: the current reply's queued audio is dropped at once (what is
+        written already, the lead, still plays). The audio core calls it on a barge-in with
+        `hold`: the rest of that reply is dropped too, until the loop's own stop (or the
+        reply's drain) has caught up."""
         with self._lock:
+            self._cut = self._cut or hold
             reply = self._reply
-            if reply is None:
+            if reply is None or reply.done.is_set():
                 return
             reply.pending.clear()
             reply.ended = True
             if reply.first_due is not None:
                 self.first_sample_at = reply.first_due
         reply.done.set()
+        restart = getattr(self.tap, "restart", None)
+        if restart is not None:
+            restart()  # the echo canceller: see EchoCanceller.restart
 
     async def close(self) -> None:
         await self.stop()
@@ -777,10 +792,16 @@ class ContinuousSink:
                     break
                 late = time.monotonic() - due
                 if late > UNDERRUN_LATE:
-                    # This thread came so late that the device surely ran dry and played
-                    # silence meanwhile: so does the reference (it moves on by that much).
-                    start += late
-                    due += late
+                    # This thread came after the device had played everything written (a
+                    # late wake-up, a full device): it played silence meanwhile. The
+                    # timeline moves on by that much and the reference gets the same
+                    # silence, so it stays the device's own; writing the missed blocks in a
+                    # burst instead would turn every late wake-up into latency for good.
+                    gap = round(late * rate)
+                    start += gap / rate
+                    due = start + samples / rate
+                    if self.tap is not None:
+                        self.tap.reference(bytes(gap * frame_bytes(fmt)), fmt, due - gap / rate)
                     self.underruns += 1
                 written = time.monotonic()
                 self.device.write(pcm)

@@ -21,17 +21,21 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..realtime import raise_audio_thread
 from .echo import EchoCanceller
 from .endpoint import Endpointer, Hearing
 from .protocols import AudioSource
-from .turn_policy import Evidence
+from .turn_policy import Decision, Evidence, decide
 
 _LOGGER = logging.getLogger(__name__)
 
 MAX_QUEUED_SECONDS = 10.0  # frames the main loop has not taken yet (a file source waits)
+# The fast barge-in forgets a candidate after this many frames the policy ignores (the
+# endpointer keeps it longer, so whatever the fast path stops, the endpointer starts too).
+FAST_FORGET_FRAMES = 3
 READ_RETRY_S = 1.0
 CLOSE_WAIT = 3.0
 
@@ -70,6 +74,11 @@ class CoreSource:
         self._core_loop: asyncio.AbstractEventLoop | None = None
         self._stopping = threading.Event()
         self._reset_vad = threading.Event()
+        # Barge-in without waiting for the event loop: called on this thread when the turn
+        # policy says INTERRUPT (the standalone pipeline sets it: the speaker's `cut`).
+        self.on_interrupt: Callable[[], None] | None = None
+        self._fast_voiced = 0
+        self._fast_ignored = 0
         if endpointer is not None:
             endpointer.frame_probability = self._probability_of
             endpointer.on_reset = self._reset_vad.set
@@ -218,4 +227,25 @@ class CoreSource:
         evidence = None
         if canceller is not None and probability is not None:
             evidence = canceller.evidence(probability)
+            self._fast_barge_in(evidence)
         return Frame(chunk, now, probability, hearing, evidence)
+
+    def _fast_barge_in(self, evidence: Evidence) -> None:
+        """The turn policy on this thread: a reply stops the moment the user's voice over it
+        is certain, however late the event loop runs; the endpointer's SPEECH_STARTED then
+        ends the turn's run as usual."""
+        endpointer = self.endpointer
+        if self.on_interrupt is None or endpointer is None or endpointer.in_speech:
+            self._fast_voiced = self._fast_ignored = 0
+            return
+        decision = decide(evidence, self._fast_voiced, endpointer.logic.policy)
+        if decision is Decision.IGNORE:
+            self._fast_ignored += 1
+            if self._fast_ignored >= FAST_FORGET_FRAMES:
+                self._fast_voiced = 0
+            return
+        self._fast_ignored = 0
+        self._fast_voiced += 1
+        if decision is Decision.INTERRUPT:
+            self._fast_voiced = 0
+            self.on_interrupt()

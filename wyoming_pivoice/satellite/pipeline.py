@@ -27,12 +27,14 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from .. import startup
 from ..text import PhraseSplitter
 from ..timing import TimingLog, TurnClock
 from .audio_in import open_source
 from .audio_out import open_sink
+from .core import CoreSource
 from .echo import EchoCanceller, cancel_echo, open_canceller
 from .endpoint import Endpointer, EndpointEvent, EndpointKind
 from .listener import Heard, Listener, WakeWindow
@@ -311,6 +313,10 @@ class Satellite:
         self.source: AudioSource = cancel_echo(
             source or open_source(settings.mic), self.sink, self.endpointer, self.canceller
         )
+        cut = getattr(self.sink, "cut", None)
+        if isinstance(self.source, CoreSource) and settings.barge_in and not settings.wake_word:
+            # The audio core stops the speaker itself on a barge-in, not waiting for the loop.
+            self.source.on_interrupt = partial(cut, hold=True) if cut is not None else None
         self.link = ServerLink(settings.server, retry_seconds=settings.server_retry_s)
         self.wake: WakeDetector | None = None
         if settings.wake_word:
