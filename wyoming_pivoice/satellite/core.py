@@ -248,4 +248,5 @@ class CoreSource:
         self._fast_voiced += 1
         if decision is Decision.INTERRUPT:
             self._fast_voiced = 0
+            _LOGGER.debug("Barge-in on the audio thread: the speaker stops now")
             self.on_interrupt()
