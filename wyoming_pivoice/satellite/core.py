@@ -77,6 +77,7 @@ class CoreSource:
         # Barge-in without waiting for the event loop: called on this thread when the turn
         # policy says INTERRUPT (the standalone pipeline sets it: the speaker's `cut`).
         self.on_interrupt: Callable[[], None] | None = None
+        self._read: asyncio.Future[bytes | None] | None = None
         self._fast_voiced = 0
         self._fast_ignored = 0
         if endpointer is not None:
@@ -131,8 +132,8 @@ class CoreSource:
         self._room.release()  # a thread waiting for room wakes and sees the stop
         core_loop, thread = self._core_loop, self._thread
         if core_loop is not None and thread is not None and thread.is_alive():
-            with contextlib.suppress(RuntimeError):
-                core_loop.call_soon_threadsafe(lambda: None)
+            with contextlib.suppress(RuntimeError):  # a read under way ends now
+                core_loop.call_soon_threadsafe(self._cancel_read)
         if thread is not None:
             await asyncio.to_thread(thread.join, CLOSE_WAIT)
             if thread.is_alive():
@@ -195,12 +196,19 @@ class CoreSource:
             with contextlib.suppress(Exception):
                 await self.source.close()
 
+    def _cancel_read(self) -> None:
+        read = self._read
+        if read is not None and not read.done():
+            read.cancel()
+
     async def _read_or_stop(self) -> bytes | None:
-        """A read that a close interrupts (checked every half second)."""
-        read = asyncio.ensure_future(self.source.read())
+        """A read that a close interrupts (at once, or at the latest within half a second)."""
+        read = self._read = asyncio.ensure_future(self.source.read())
         while True:
             done, _ = await asyncio.wait({read}, timeout=0.5)
             if done:
+                if read.cancelled():
+                    return None
                 return read.result()
             if self._stopping.is_set():
                 read.cancel()
