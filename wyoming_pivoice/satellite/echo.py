@@ -53,10 +53,12 @@ GAP_SECONDS = 1.0  # a microphone whose reads stay this much later has restarted
 # (the device's buffer, the acoustic delay, the room's tail: RT60 up to 0.8 s).
 ECHO_TAIL_SECONDS = 1.0
 SILENT_RMS = 1e-4  # a reference frame quieter than this (−80 dBFS) plays no echo
-# The echo estimate (turn_policy's evidence): windows of this many audible 10 ms frames,
+# The echo estimate (turn_policy's evidence): windows of this many audible 10 ms frames
+# (0.5 s: the first must be done before a user talks over the first reply — a window with
+# the voice in it made a headset look coupled at −15 dB, and the voice was ignored),
 # the last few of them kept; the echo now comes from what played up to RECENT_FRAMES ago
 # (the device's buffer and the acoustic delay, 0.5 s at most in the rooms we model).
-WINDOW_FRAMES = 100
+WINDOW_FRAMES = 50
 WINDOWS_KEPT = 5
 RECENT_FRAMES = 50
 FLOOR_WINDOW_FRAMES = 50
@@ -65,7 +67,7 @@ FLOOR_WINDOW_FRAMES = 50
 USER_IN_WINDOW_DB = 3.0
 MAX_ERLE_DB = 40.0
 ONSET_QUIET_FRAMES = 100  # a reference silent this long (1 s) and sounding again: a reply starts
-ONSET_FRAMES = 100  # its first second
+ONSET_FRAMES = 50  # its first 0.5 s
 
 
 def load_apm(settings: EchoSettings) -> rtc.AudioProcessingModule:
@@ -126,7 +128,7 @@ class EchoEstimate:
       per window of audible frames; the lowest of the last few (the user's voice only ever
       adds energy). Unknown: assumed 0 dB, the loudest echo a room gives.
     - ERLE: microphone over residual energy in the windows without the user's voice; the
-      lowest of the last few (conservative: a leak must not look like a voice). Unknown: 0.
+      median of the last few. Unknown: 0.
     - noise floor: the microphone's energy while nothing plays, lowest of recent windows.
     """
 
@@ -148,7 +150,9 @@ class EchoEstimate:
 
     @property
     def erle_db(self) -> float:
-        return min(self._erles) if self._erles else 0.0
+        # The median of the last few: the lowest (a window still converging, or one with a
+        # leak) held a voice at the echo's level under the margin (bench, −3/−6 dB: 0/2).
+        return float(np.median(self._erles)) if self._erles else 0.0
 
     @property
     def floor(self) -> float:
@@ -206,7 +210,7 @@ class EchoEstimate:
         # A reply's first moments: AEC3's filter may still be the one it adapted through the
         # user's voice over the last reply (a barge-in), and leaks until it re-adapts
         # (measured: a self-made turn 0.3 s into the next reply). Count on no cancelling
-        # then: only a voice louder than the echo itself interrupts.
+        # for its first 0.5 s: only a voice louder than the echo itself interrupts then.
         erle = self.erle_db if self._since_onset >= ONSET_FRAMES else 0.0
         return echo / 10 ** (erle / 10) + self.floor
 

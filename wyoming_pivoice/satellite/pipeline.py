@@ -250,6 +250,9 @@ class Player:
         self._current, self._interrupted = run, False
         clock = run.clock
         played = False
+        take_cut = getattr(self.sink, "take_cut", None)
+        if take_cut is not None:
+            take_cut()  # a cut before this reply is not its own
         try:
             while (piece := await run.audio.get()) is not None and not self._interrupted:
                 if not played:
@@ -257,8 +260,11 @@ class Player:
                     if self.canceller is not None:
                         self.canceller.take_stats()  # what was heard before this reply
                 await self.sink.play(piece.pcm, piece.fmt)
+                if self._cut_by_core(run, take_cut):
+                    break
             if played and not self._interrupted:
                 await self.sink.drain()
+                self._cut_by_core(run, take_cut)
             await asyncio.wait({run.task})
         finally:
             self.playing = False
@@ -271,6 +277,18 @@ class Player:
                 clock.echo = self.canceller.take_stats().as_dict()
         if self._interrupted:
             clock.interrupted = True
+
+    def _cut_by_core(self, run: TurnRun, take_cut: Callable[[], float | None] | None) -> bool:
+        """The audio core stopped the speaker on a barge-in before the loop heard of it: the
+        turn is interrupted as if `interrupt` had been called then."""
+        at = take_cut() if take_cut is not None else None
+        if at is None:
+            return False
+        _LOGGER.info("Barge-in: the reply of turn %d was stopped", run.clock.turn)
+        run.clock.mark("barge_in", at)
+        self._interrupted = True
+        run.task.cancel()
+        return True
 
     async def interrupt(self) -> None:
         """Barge-in: stop the reply now and abandon the rest of its turn."""
