@@ -391,3 +391,42 @@ def test_pyaudio_sink_gives_up_on_a_stuck_device_and_reopens_it(tmp_path: Path) 
     assert "the speaker device stopped taking audio" in log.read_text()
     assert second < 3.0 + 2.0  # played at real time, well inside its bound
     assert out.read_bytes() == pcm
+
+
+async def test_the_speaker_stream_stays_open_across_replies(tmp_path: Path) -> None:
+    """Continuous playout: one speaker command for every reply, silence written between
+    them, and the echo canceller's reference is exactly what the command was given."""
+    from wyoming_pivoice.satellite.audio_out import CommandDevice, ContinuousSink
+
+    out = tmp_path / "played.raw"
+    sink = ContinuousSink(CommandDevice(f"cat > '{out}'"))
+    taps: list[bytes] = []
+
+    class Tap:
+        def reference(self, pcm: bytes, fmt: AudioFormat, due: float) -> None:
+            taps.append(pcm)
+
+        def cut(self, at: float) -> None:
+            raise AssertionError("a continuous stream is never cut")
+
+    sink.tap = Tap()
+    fmt = AudioFormat(22050, 2, 1)
+    first, second = tone(0.3, 22050), tone(0.2, 22050)
+    await sink.play(first, fmt)
+    await sink.drain()
+    assert sink.first_sample_at is not None
+    await sink.play(second, fmt)
+    await sink.drain()
+    long = tone(5.0, 22050)
+    await sink.play(long, fmt)
+    await until(lambda: sink.playing, "playback", 5.0)
+    await asyncio.wait_for(sink.stop(), 1.0)  # a barge-in: the rest of the reply is dropped
+    await sink.close()
+    played = out.read_bytes()
+    assert sink.replies == 3
+    # The reference is what played after the primer (the command's start-up), silence and all.
+    primer = bytes(round(22050 * PRIMER_SECONDS) * 2)
+    assert played == primer + b"".join(taps)
+    start = played.index(first)
+    assert played.find(second, start + len(first) + 2) > start + len(first)  # silence between
+    assert len(played) < len(first) + len(second) + len(long)  # the stop dropped audio

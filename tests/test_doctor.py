@@ -483,3 +483,16 @@ def test_doctor_on_this_machine() -> None:
     for match in parsed:
         if match and match.group(1) in ("WARN", "FAIL"):
             assert " — fix: " in match.group(3)
+
+
+# --- the audio threads' priority ------------------------------------------------------------
+
+
+def test_audio_priority_says_how_to_let_the_audio_threads_run_above_the_models() -> None:
+    from wyoming_pivoice.doctor.system import PriorityLimits, check_audio_priority
+
+    assert check_audio_priority(PriorityLimits(True, 0, 0, 4)).status is Status.OK
+    assert check_audio_priority(PriorityLimits(False, 95, 0, 4)).status is Status.OK
+    user = check_audio_priority(PriorityLimits(False, 0, 0, 4))  # Raspberry Pi OS's default
+    assert user.status is Status.WARN
+    assert "LimitRTPRIO=10" in (user.fix or "") and "--llm-threads 3" in (user.fix or "")

@@ -10,6 +10,7 @@ import pytest
 from wyoming_pivoice.satellite.audio_in import CHUNK_BYTES, read_wav_16k
 from wyoming_pivoice.satellite.endpoint import Endpointer, EndpointKind, EndpointLogic, Hearing
 from wyoming_pivoice.satellite.settings import VadSettings
+from wyoming_pivoice.satellite.turn_policy import Evidence
 
 from .helpers import make_speech
 
@@ -170,8 +171,11 @@ RESIDUAL = [0.1, 0.55, 0.66, 0.62, 0.65, 0.68, 0.62, 0.42, 0.22, 0.09, 0.04, 0.0
 
 def test_what_is_left_of_the_echo_starts_no_speech() -> None:
     logic = EndpointLogic(VadSettings())
-    logic.hearing = Hearing.SETTLING
+    # The leak at a reply's start, measured when each reply opened its own stream: with
+    # the canceller's evidence that it is no louder than the echo would leave, no start.
+    logic.evidence = Evidence(0.0, True, -6.0, residual_db=-40.0, expected_residual_db=-42.0)
     assert run(logic, REPLY_START_RESIDUAL) == []
+    logic.evidence = None
     logic.hearing = Hearing.ECHO
     assert run(logic, RESIDUAL) == []
     # A leak of ~200 ms (AEC3 re-finding the delay after an underrun) is too short to start.
@@ -193,7 +197,7 @@ def test_an_utterance_under_way_goes_on_when_a_reply_starts() -> None:
     logic = EndpointLogic(VadSettings(speculate_ms=0))
     events = run(logic, KITCHEN[:30])
     assert [e.kind for _, e in events] == [EndpointKind.SPEECH_STARTED]
-    logic.hearing = Hearing.SETTLING
+    logic.hearing = Hearing.ECHO
     for index, prob in enumerate(KITCHEN[30:], start=30):
         events += [(index, e) for e in logic.process(prob, frame(index), index * FRAME)]
     assert events[-1][1].kind is EndpointKind.ENDPOINT

@@ -3,6 +3,7 @@ microphone commands joined by the room simulator, against the real server on the
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,52 @@ async def test_talking_over_the_reply_stops_it_and_is_answered(server_port: int,
     assert over.onset is not None and stopped is not None
     assert stopped - over.onset < 1.0, describe(run)
     assert run.room.replies[1].ended is not None
+
+
+# A headset: the microphone does not hear the speaker at all.
+HEADSET = RoomAcoustics(echo_db=-90, delay_ms=20, tail_ms=0, noise_dbfs=-60, seed=8)
+
+
+async def test_under_load_one_question_one_turn_and_talking_over_the_reply_is_answered(
+    server_port: int, tmp_path: Path
+):
+    """The same room with busy processes on every core twice over (issue #20)."""
+    from wyoming_pivoice.bench.room import busy_load
+
+    question = said("Tell me a story about a cat and a dog.", tmp_path / "q.wav", at=0.5)
+    over = said("Turn off the kitchen lights.", tmp_path / "over.wav", reply=1, after_ms=1000)
+    uri = f"tcp://127.0.0.1:{server_port}"
+    await warm(uri)
+    with busy_load(2 * (os.cpu_count() or 1)):
+        # A turn takes seconds longer under load: the run waits 12 s of quiet, not 4.
+        run = await run_satellite_in_room(
+            uri, [question, over], ECHOING, tmp_path, quiet_s=12.0, limit_s=150
+        )
+    check_barge_in(run, over)
+
+
+async def test_a_headset_barges_in(server_port: int, tmp_path: Path):
+    """No echo path: the voice over the reply stops it, and nothing is taken off the voice."""
+    question = said("Tell me a story about a cat and a dog.", tmp_path / "q.wav", at=0.5)
+    over = said("Turn off the kitchen lights.", tmp_path / "over.wav", reply=1, after_ms=1000)
+    uri = f"tcp://127.0.0.1:{server_port}"
+    await warm(uri)
+    run = await run_satellite_in_room(uri, [question, over], HEADSET, tmp_path, limit_s=120)
+    check_barge_in(run, over)
+
+
+def check_barge_in(run: RoomRun, over: Say) -> None:
+    """Two turns: the question, then what was said over its reply; the reply was stopped
+    unless it had ended by itself before the voice could be heard (SmolLM2 is sometimes
+    brief)."""
+    assert len(run.turns) == 2, describe(run)
+    first, second = run.turns
+    assert "kitchen" in words(second["transcript"]), describe(run)
+    reply = run.room.replies[0]
+    assert over.onset is not None and reply.ended is not None, describe(run)
+    if reply.ended > over.onset + 0.5:
+        assert first["barged_in"], describe(run)
+        assert reply.ended - over.onset < 1.0, describe(run)
 
 
 async def test_without_echo_cancellation_the_room_shows_the_self_talk_loop(

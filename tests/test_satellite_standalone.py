@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from .helpers import (
@@ -127,7 +128,11 @@ def test_command_backends(server_port: int, kitchen_wav: Path, tmp_path: Path) -
     )
     (turn,) = turns(result, log)
     assert {"kitchen", "lights"} <= words(turn["transcript"])
-    check_reply_audio((tmp_path / "out-22050.raw").read_bytes(), 22050, turn["reply"])
+    # One continuous speaker stream: the reply with the silence written around it.
+    samples = np.frombuffer((tmp_path / "out-22050.raw").read_bytes(), dtype="<i2")
+    voiced = np.flatnonzero(samples)
+    reply = samples[voiced[0] : voiced[-1] + 1].tobytes()
+    check_reply_audio(reply, 22050, turn["reply"])
 
 
 def test_speculation_cancelled_by_a_pause_gives_one_whole_turn(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 
 if sys.version_info >= (3, 11):
@@ -15,7 +16,7 @@ if sys.version_info >= (3, 11):
 else:  # the same context manager, before asyncio had it (wait_for can swallow a cancellation)
     from async_timeout import timeout
 
-__all__ = ["Backoff", "Pacer", "timeout"]
+__all__ = ["Backoff", "Pacer", "raise_audio_thread", "timeout"]
 
 
 class Pacer:
@@ -90,3 +91,46 @@ class Backoff:
 
     def reset(self) -> None:
         self.delay = self.first
+
+
+# ---- the audio threads' priority ------------------------------------------------------------
+
+# Real-time round-robin, low in the range: above every normal thread (the models' too), below
+# the kernel's and the sound server's (PipeWire asks for 20 and up).
+AUDIO_RT_PRIORITY = 10
+AUDIO_NICE = -10  # the fallback where real-time scheduling is not permitted
+_priority_logged: set[str] = set()
+
+
+def raise_audio_thread(name: str) -> str:
+    """Give the calling thread (an audio thread) priority over model work: SCHED_RR where
+    permitted (root, CAP_SYS_NICE, or an RLIMIT_RTPRIO such as systemd's LimitRTPRIO=),
+    else a raised nice value, else nothing. Logged once per kind; returns what it got."""
+    import logging
+    import os
+
+    logger = logging.getLogger(__name__)
+    got = "normal"
+    try:
+        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(AUDIO_RT_PRIORITY))
+        got = f"SCHED_RR {AUDIO_RT_PRIORITY}"
+    except (AttributeError, OSError):
+        try:
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, AUDIO_NICE)
+            got = f"nice {AUDIO_NICE}"
+        except (AttributeError, OSError):
+            pass
+    if name not in _priority_logged:
+        _priority_logged.add(name)
+        if got == "normal":
+            logger.warning(
+                "The %s thread runs at normal priority (no real-time or raised nice allowed): "
+                "model work beside it may delay it; allow it with LimitRTPRIO=%d (systemd) "
+                "or an rtprio limit for the audio group",
+                name,
+                AUDIO_RT_PRIORITY,
+            )
+        else:
+            logger.info("The %s thread runs at %s", name, got)
+    return got

@@ -21,6 +21,7 @@ STAMPS = (
     "last_voiced",  # last voiced frame before the endpoint
     "speculation_start",  # ASR started early on the silence so far (null: not speculated)
     "endpoint",  # the silence window passed: end of speech declared
+    "endpoint_heard",  # …and the turn loop got it (later than `endpoint` if the loop lags)
     "transcript",  # transcript received
     "llm_first_token",
     "llm_done",

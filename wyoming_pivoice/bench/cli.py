@@ -135,6 +135,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "self-made turns, barge-in, ERLE, with echo cancellation on and off "
         "(alone, it skips the latency bench)",
     )
+    parser.add_argument(
+        "--room-cases",
+        choices=["targets", "grid", "all"],
+        default="targets",
+        help="targets: issue #20's rooms (small speaker, 0.7 s tail, ±100 ppm), a headset and "
+        "AEC off; grid: the older grid of levels and delays",
+    )
+    parser.add_argument(
+        "--room-rounds",
+        type=int,
+        default=1,
+        help="each room's script this often (5 replies and 2 barge-ins a round)",
+    )
+    parser.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N busy processes (at the server's priority) beside the room runs",
+    )
 
     knowledge = parser.add_argument_group("local knowledge")
     knowledge.add_argument(
@@ -191,6 +211,9 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         realtime_playback=args.realtime_playback,
         turn_timeout=args.turn_timeout,
         room=args.room,
+        room_cases=args.room_cases,
+        room_rounds=args.room_rounds,
+        load=args.load,
     )
 
 

@@ -18,8 +18,13 @@ What is counted, from the room's log and the satellite's timing log:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import statistics
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -40,26 +45,75 @@ GAP_S = 1.2  # a new question this long after a reply ends
 ROOM_SERVER_ARGS = ("--max-tokens", "48")
 
 
+# Silence after the user's last word before a run may end: longer than a turn takes under
+# load (E2E reached 5-6 s at load 11), so a reply still to come is not cut off.
+QUIET_S = 12.0
+HEADSET_DB = -90.0  # "echo" of a headset: the microphone does not hear the speaker
+
+
 @dataclass(frozen=True)
 class RoomCase:
     echo_db: float
     delay_ms: float
     tail: bool
     aec: bool = True
+    rt60_s: float = 0.0  # the tail as a reverberation time (0: the old 60 ms constant)
+    small_speaker: bool = False  # 200 Hz high-pass and soft clipping
+    drift_ppm: float = 0.0
 
     @property
     def name(self) -> str:
-        tail = "tail" if self.tail else "notail"
-        return f"{self.echo_db:g}dB-{self.delay_ms:g}ms-{tail}-{'aec' if self.aec else 'noaec'}"
+        if self.echo_db <= HEADSET_DB:
+            return f"headset-{'aec' if self.aec else 'noaec'}"
+        tail = f"rt{self.rt60_s:g}" if self.rt60_s else ("tail" if self.tail else "notail")
+        extra = ("-small" if self.small_speaker else "") + (
+            f"-{self.drift_ppm:+g}ppm" if self.drift_ppm else ""
+        )
+        aec = "aec" if self.aec else "noaec"
+        return f"{self.echo_db:g}dB-{self.delay_ms:g}ms-{tail}{extra}-{aec}"
 
     def acoustics(self, seed: int) -> RoomAcoustics:
+        tail_ms = 0.0
+        if self.tail:
+            tail_ms = RoomAcoustics.tail_for_rt60(self.rt60_s) if self.rt60_s else 60.0
         return RoomAcoustics(
             echo_db=self.echo_db,
             delay_ms=self.delay_ms,
-            tail_ms=60.0 if self.tail else 0.0,
+            tail_ms=tail_ms,
             noise_dbfs=-60.0,
             seed=seed,
+            highpass_hz=200.0 if self.small_speaker else 0.0,
+            clip_db=6.0 if self.small_speaker else 0.0,
+            drift_ppm=self.drift_ppm,
         )
+
+
+def target_cases() -> list[RoomCase]:
+    """Issue #20's rooms: −6 dB/150 ms and −3 dB/250 ms with a 0.7 s tail, a small speaker
+    (200 Hz high-pass, soft clipping) and ±100 ppm of drift; a headset; AEC off to show
+    the failure."""
+    return [
+        RoomCase(-6, 150, True, rt60_s=0.7, small_speaker=True, drift_ppm=100),
+        RoomCase(-3, 250, True, rt60_s=0.7, small_speaker=True, drift_ppm=-100),
+        RoomCase(HEADSET_DB, 20, False),
+        RoomCase(-6, 150, True, aec=False, rt60_s=0.7, small_speaker=True),
+    ]
+
+
+@contextlib.contextmanager
+def busy_load(count: int, nice: int | None = None) -> Iterator[list[int]]:
+    """`count` processes that keep a core busy each, at `nice` (default: ours, which is the
+    server's and its inference threads'), for as long as the block runs."""
+    code = "import os, sys\nif sys.argv[1] != 'x': os.nice(int(sys.argv[1]))\nwhile True: pass"
+    arg = "x" if nice is None else str(nice - os.nice(0))
+    procs = [subprocess.Popen([sys.executable, "-c", code, arg]) for _ in range(count)]
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
 
 
 def default_cases() -> list[RoomCase]:
@@ -80,51 +134,79 @@ def _speech(utterance: Utterance) -> np.ndarray:
     return samples[start:end]
 
 
-def _script(case_index: int, questions: list[Utterance], commands: list[Utterance]) -> list[Say]:
-    def q(n: int) -> Utterance:
-        return questions[(case_index * 3 + n) % len(questions)]
+def _script(
+    case_index: int, questions: list[Utterance], commands: list[Utterance], rounds: int = 1
+) -> list[Say]:
+    """`rounds` × (a question answered in full; a question talked over with a command; that
+    command answered in full…): 5 replies and 2 barge-ins per round, each anchored on the
+    reply before it."""
+    script: list[Say] = []
+    for r in range(rounds):
+        base = 5 * r  # replies before this round
 
-    def c(n: int) -> Utterance:
-        return commands[(case_index * 2 + n) % len(commands)]
+        def q(n: int, r: int = r) -> Utterance:
+            return questions[(case_index * 3 + 3 * r + n) % len(questions)]
 
-    over = OVER_MS[case_index % 2], OVER_MS[(case_index + 1) % 2]
-    return [
-        Say(q(0).id, _speech(q(0)), at=0.5),
-        Say(q(1).id, _speech(q(1)), reply=1, after_end=True, after_ms=GAP_S * 1000),
-        Say(c(0).id, _speech(c(0)), reply=2, after_ms=over[0]),
-        Say(q(2).id, _speech(q(2)), reply=3, after_end=True, after_ms=GAP_S * 1000),
-        Say(c(1).id, _speech(c(1)), reply=4, after_ms=over[1]),
-    ]
+        def c(n: int, r: int = r) -> Utterance:
+            return commands[(case_index * 2 + 2 * r + n) % len(commands)]
+
+        over = OVER_MS[(case_index + r) % 2], OVER_MS[(case_index + r + 1) % 2]
+        first = (
+            Say(q(0).id, _speech(q(0)), at=0.5)
+            if r == 0
+            else Say(q(0).id, _speech(q(0)), reply=base, after_end=True, after_ms=GAP_S * 1000)
+        )
+        script += [
+            first,
+            Say(q(1).id, _speech(q(1)), reply=base + 1, after_end=True, after_ms=GAP_S * 1000),
+            Say(c(0).id, _speech(c(0)), reply=base + 2, after_ms=over[0]),
+            Say(q(2).id, _speech(q(2)), reply=base + 3, after_end=True, after_ms=GAP_S * 1000),
+            Say(c(1).id, _speech(c(1)), reply=base + 4, after_ms=over[1]),
+        ]
+    return script
 
 
-def run(server_uri: str, utterances: list[Utterance], workdir: Path, cases: list[RoomCase]) -> dict:
+def run(
+    server_uri: str,
+    utterances: list[Utterance],
+    workdir: Path,
+    cases: list[RoomCase],
+    rounds: int = 1,
+    load: int = 0,
+) -> dict:
+    """Each case in turn; `load` busy processes beside the whole run (see busy_load)."""
     questions = [u for u in utterances if u.kind == "question"]
     commands = [u for u in utterances if u.kind == "command"]
     by_id = {u.id: u for u in utterances}
     bar = Progress(len(cases), "room")
     results = []
-    for index, case in enumerate(cases):
-        if case.aec:
-            script = _script(index, questions, commands)
-            extra: tuple[str, ...] = ()
-            limit = 120.0
-        else:
-            script = [Say(questions[0].id, _speech(questions[0]), at=0.5)]
-            extra = ("--no-aec", "--max-turns", "5")
-            limit = 45.0
-        run_ = asyncio.run(
-            run_satellite_in_room(
-                server_uri, script, case.acoustics(seed=index + 1), workdir / case.name,
-                *extra, quiet_s=4.0, limit_s=limit, log_level="INFO",
-            )
-        )  # fmt: skip
-        results.append({"case": asdict(case), "name": case.name, **_score(run_, script, by_id)})
-        bar.step()
+    loads: list[float] = []
+    with busy_load(load):
+        for index, case in enumerate(cases):
+            if case.aec:
+                script = _script(index, questions, commands, rounds)
+                extra: tuple[str, ...] = ()
+                limit = 60.0 + 60.0 * rounds
+            else:
+                script = [Say(questions[0].id, _speech(questions[0]), at=0.5)]
+                extra = ("--no-aec", "--max-turns", "5")
+                limit = 60.0
+            run_ = asyncio.run(
+                run_satellite_in_room(
+                    server_uri, script, case.acoustics(seed=index + 1), workdir / case.name,
+                    *extra, quiet_s=QUIET_S, limit_s=limit, log_level="DEBUG",
+                )
+            )  # fmt: skip
+            loads.append(os.getloadavg()[0])
+            scored = _score(run_, script, by_id)
+            results.append({"case": asdict(case), "name": case.name, **scored})
+            bar.step()
     return {
         "cases": results,
         "summary": _summary(results),
         "aec_cpu": aec_cpu(),
         "server_args": list(ROOM_SERVER_ARGS),
+        "load": {"busy_processes": load, "cores": os.cpu_count(), "load_average_1m": loads},
     }
 
 
@@ -222,7 +304,16 @@ def _summary(results: list[dict]) -> dict[str, Any]:
     def median(values: list[float]) -> float | None:
         return round(statistics.median(values), 1) if values else None
 
+    headset = [r for r in on if r["case"]["echo_db"] <= HEADSET_DB]
+    headset_trials = [t for r in headset for t in r["trials"] if t.get("over_reply")]
     return {
+        "headset": {
+            "barge_in_trials": len(headset_trials),
+            "barge_in_detected": sum(bool(t.get("barged_in")) for t in headset_trials),
+            "barge_in_in_time": sum(bool(t.get("in_time")) for t in headset_trials),
+            "key_words_heard": sum(bool(t["heard"]) for r in headset for t in r["trials"]),
+            "trials": sum(len(r["trials"]) for r in headset),
+        },
         "aec_on": {
             "cases": len(on),
             "replies": sum(r["replies"] for r in on),
@@ -306,8 +397,11 @@ def render(room: dict[str, Any]) -> list[str]:
     s = room["summary"]
     on, off = s["aec_on"], s["aec_off"]
     cpu = room["aec_cpu"]
+    load = room.get("load", {})
     return [
-        f"Room (server {' '.join(room['server_args'])}; speaker → room → mic at real time):",
+        f"Room (server {' '.join(room['server_args'])}; speaker → room → mic at real time; "
+        f"{load.get('busy_processes', 0)} busy processes on {load.get('cores')} cores, load "
+        f"average {' '.join(f'{x:.1f}' for x in load.get('load_average_1m', []))}):",
         render_table(headers, rows),
         "",
         f"AEC on: {on['replies']} replies, {on['self_made_turns']} self-made turns, "

@@ -181,11 +181,26 @@ def _server_sections(
 def _room(options: BenchOptions, utterances: list, workdir: Path) -> dict[str, Any]:
     from . import room
 
-    # Its own server: replies capped short (see room.ROOM_SERVER_ARGS).
+    cases = {
+        "targets": room.target_cases(),
+        "grid": room.default_cases(),
+        "all": room.target_cases() + room.default_cases(),
+    }[options.room_cases]
+    # Its own server, replies capped short (see room.ROOM_SERVER_ARGS), unless --server.
     args = [*room.ROOM_SERVER_ARGS, *options.server_args]
-    with servers.pivoice_server(workdir / "room-server.log", args) as server:
+    serving = (
+        contextlib.nullcontext(servers.attach(options.server_uri))
+        if options.server_uri
+        else servers.pivoice_server(workdir / "room-server.log", args)
+    )
+    with serving as server:
         asyncio.run(servers.warm(server.uri))
-        return room.run(server.uri, utterances, workdir / "room", room.default_cases())
+        result = room.run(
+            server.uri, utterances, workdir / "room", cases, options.room_rounds, options.load
+        )
+        if options.server_uri:
+            result["server_args"] = [f"--server {options.server_uri}"]
+        return result
 
 
 def _server(options: BenchOptions, workdir: Path) -> contextlib.AbstractContextManager:

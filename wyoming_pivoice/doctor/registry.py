@@ -17,7 +17,7 @@ from . import audio, knowledge, models, remote, system
 from .audio import AudioProbe, EchoChoice, probe_echo_canceller, probe_pyaudio
 from .base import Check, Finding, Machine, Status
 from .models import ModelChoice
-from .system import LlamaBuild, probe_llama
+from .system import LlamaBuild, PriorityLimits, probe_llama, probe_priority
 
 
 @dataclass
@@ -30,6 +30,7 @@ class Subject:
     audio_probe: AudioProbe | None = probe_pyaudio  # None: not asked (--no-audio)
     echo_probe: Callable[[], str | None] = probe_echo_canceller
     llama_probe: Callable[[], LlamaBuild | str] = probe_llama
+    priority_probe: Callable[[], PriorityLimits] = probe_priority
     remote_llm: RemoteLlmSettings | None = None  # None: the server runs its LLM itself
     knowledge: KnowledgeSettings | None = None  # None: no --knowledge
 
@@ -84,6 +85,7 @@ REGISTRY: tuple[Entry, ...] = (
     Entry(system.DESKTOP, lambda s: system.check_desktop(s.machine)),
     Entry(system.TEMPERATURE, lambda s: system.check_temperature(s.machine)),
     Entry(system.THROTTLING, lambda s: system.check_throttling(s.machine)),
+    Entry(system.AUDIO_PRIORITY, lambda s: system.check_audio_priority(s.priority_probe())),
     _audio(audio.DEVICES),
     _audio(audio.CAPTURE),
     Entry(audio.ECHO, lambda s: audio.check_echo(s.echo, s.echo_probe)),

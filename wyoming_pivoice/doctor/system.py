@@ -467,3 +467,76 @@ def check_llama_cpu(machine: Machine, build: LlamaBuild | str) -> Finding:
         fix=fix,
         data=data,
     )
+
+
+# ---- the audio threads' priority beside the models -----------------------------------------
+
+AUDIO_PRIORITY = Check(
+    "audio-priority", "whether the satellite's audio threads can run above the models' threads"
+)
+
+
+@dataclass(frozen=True)
+class PriorityLimits:
+    """What this user may ask of the scheduler (resource limits, from the process)."""
+
+    root: bool
+    rtprio: int  # RLIMIT_RTPRIO soft limit: the highest real-time priority allowed
+    nice: int  # RLIMIT_NICE soft limit: 20 − the lowest nice value allowed
+    cores: int
+
+
+def probe_priority() -> PriorityLimits:
+    import resource
+
+    def soft(limit: int) -> int:
+        value = resource.getrlimit(limit)[0]
+        return 1_000_000 if value == resource.RLIM_INFINITY else int(value)
+
+    return PriorityLimits(
+        root=os.geteuid() == 0,
+        rtprio=soft(resource.RLIMIT_RTPRIO),
+        nice=soft(resource.RLIMIT_NICE),
+        cores=os.cpu_count() or 1,
+    )
+
+
+def check_audio_priority(limits: PriorityLimits) -> Finding:
+    from ..realtime import AUDIO_NICE, AUDIO_RT_PRIORITY
+
+    # Server and satellite on one Pi: llama.cpp, CTranslate2 and Piper each take every core
+    # by default; the audio threads (mic, echo canceller, VAD, speaker) must not wait behind
+    # them, or the canceller's reference and capture drift apart (issue #20: 1-16 dB of
+    # ERLE live under load where the same audio gives 27-63 dB offline).
+    threads = f"--llm-threads {max(1, limits.cores - 1)}" if limits.cores > 2 else ""
+    data = {"rtprio_limit": limits.rtprio, "nice_limit": limits.nice, "root": limits.root}
+    if limits.root or limits.rtprio >= AUDIO_RT_PRIORITY:
+        return AUDIO_PRIORITY.finding(
+            Status.OK,
+            f"real-time round-robin (priority {AUDIO_RT_PRIORITY}) allowed: the audio threads "
+            f"run above the models on {limits.cores} cores",
+            data=data,
+        )
+    fix = (
+        f"as a systemd service add LimitRTPRIO={AUDIO_RT_PRIORITY} under [Service]; or "
+        f"'@audio - rtprio {AUDIO_RT_PRIORITY}' in /etc/security/limits.d/audio.conf and log in "
+        "again as a member of the audio group"
+    )
+    if threads:
+        fix += f"; with the server on this Pi too, leave the audio a core: {threads}"
+    if 20 - limits.nice <= AUDIO_NICE:
+        return AUDIO_PRIORITY.finding(
+            Status.OK,
+            f"no real-time priority, but nice {AUDIO_NICE} allowed: the audio threads run "
+            "above the models",
+            fix=fix,
+            data=data,
+        )
+    return AUDIO_PRIORITY.finding(
+        Status.WARN,
+        "the satellite's audio threads would run at the models' priority (no real-time or "
+        "raised nice allowed for this user): while the server decodes a reply, echo "
+        "cancellation and barge-in suffer",
+        fix=fix,
+        data=data,
+    )

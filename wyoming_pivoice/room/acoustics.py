@@ -5,6 +5,10 @@ the direct sound at `delay_ms` and `echo_db`, then a room tail — seeded noise 
 exponentially with `tail_ms` as its time constant, holding `reverb_db` of the direct
 sound's energy (−3 dB: a lively room; the direct-to-reverberant ratio is its negative).
 The microphone hears the speaker through it, the user's voice, and a noise floor.
+
+The speaker itself (`SpeakerPath`) may be a small one: a high-pass (`highpass_hz`, a
+windowed-sinc FIR), soft clipping (`clip_db`: tanh, driven that far over full scale), and a
+clock of its own (`drift_ppm`: it plays that much faster than the microphone records).
 """
 
 from __future__ import annotations
@@ -12,8 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import soxr
+from wyoming.audio import AudioFormat
+
+from ..audio import StreamingConverter
 
 RATE = 16000
+HIGHPASS_TAPS = 255  # at 16 kHz: a 200 Hz corner within ~60 Hz
 
 
 @dataclass(frozen=True)
@@ -24,6 +33,14 @@ class RoomAcoustics:
     reverb_db: float = -3.0  # the tail's whole energy against the direct echo's
     noise_dbfs: float = -60.0  # the room's noise floor at the microphone (RMS)
     seed: int = 1
+    highpass_hz: float = 0.0  # a small speaker's low cut; 0: none
+    clip_db: float = 0.0  # soft clipping, the drive over full scale (e.g. 6); 0: none
+    drift_ppm: float = 0.0  # the speaker's clock against the microphone's
+
+    @staticmethod
+    def tail_for_rt60(rt60_s: float) -> float:
+        """The tail's time constant (ms) for a reverberation time (60 dB of decay)."""
+        return rt60_s * 1000 / (3 * np.log(10))
 
     def impulse_response(self) -> np.ndarray:
         delay = round(self.delay_ms * RATE / 1000)
@@ -41,7 +58,56 @@ class RoomAcoustics:
 
     def describe(self) -> str:
         tail = f"tail {self.tail_ms:g} ms" if self.tail_ms > 0 else "no tail"
-        return f"echo {self.echo_db:g} dB, {self.delay_ms:g} ms, {tail}"
+        extra = [
+            f"high-pass {self.highpass_hz:g} Hz" if self.highpass_hz else "",
+            f"clipping +{self.clip_db:g} dB" if self.clip_db else "",
+            f"drift {self.drift_ppm:+g} ppm" if self.drift_ppm else "",
+        ]
+        return ", ".join(
+            [f"echo {self.echo_db:g} dB, {self.delay_ms:g} ms, {tail}"] + [e for e in extra if e]
+        )
+
+
+class SpeakerPath:
+    """What a speaker command hands the room → what the speaker sends into the room, at the
+    room's 16 kHz: format conversion, the speaker's clock, its high-pass and its clipping."""
+
+    def __init__(self, fmt: AudioFormat, acoustics: RoomAcoustics) -> None:
+        self._converter = StreamingConverter(fmt, RATE)
+        self._drift = None
+        if acoustics.drift_ppm:
+            # Faster by d: each second of its audio lasts 1/(1+d) s of the room's time.
+            out_rate = RATE / (1 + acoustics.drift_ppm * 1e-6)
+            self._drift = soxr.ResampleStream(RATE, out_rate, 1, dtype="float32")
+        self._fir: np.ndarray | None = None
+        if acoustics.highpass_hz:
+            n = np.arange(HIGHPASS_TAPS) - (HIGHPASS_TAPS - 1) / 2
+            cutoff = acoustics.highpass_hz / RATE
+            lowpass = 2 * cutoff * np.sinc(2 * cutoff * n) * np.hamming(HIGHPASS_TAPS)
+            fir = -lowpass
+            fir[(HIGHPASS_TAPS - 1) // 2] += 1.0  # delta − low-pass: the high-pass
+            self._fir = fir.astype(np.float32)
+            self._carry = np.zeros(HIGHPASS_TAPS - 1, dtype=np.float32)
+        self._drive = 10 ** (acoustics.clip_db / 20) if acoustics.clip_db else 0.0
+
+    def convert(self, pcm: bytes) -> np.ndarray:
+        return self._shape(self._converter.convert(pcm), last=False)
+
+    def flush(self) -> np.ndarray:
+        return self._shape(self._converter.flush(), last=True)
+
+    def _shape(self, samples: np.ndarray, last: bool) -> np.ndarray:
+        if self._drift is not None:
+            samples = self._drift.resample_chunk(samples, last=last)
+        if self._fir is not None and len(samples):
+            full = np.convolve(samples, self._fir).astype(np.float32)
+            full[: len(self._carry)] += self._carry
+            self._carry = full[len(samples) :].copy()
+            samples = full[: len(samples)]
+        if self._drive:
+            # Unit gain for small signals; loud ones flatten towards 1/drive.
+            samples = (np.tanh(samples * self._drive) / self._drive).astype(np.float32)
+        return samples.astype(np.float32)
 
 
 class EchoPath:

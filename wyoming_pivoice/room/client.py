@@ -18,6 +18,9 @@ from typing import cast
 # A speaker's buffer is the room's to model: keep the socket's own small, so audio handed
 # to a speaker that is then killed does not sit in the kernel and play anyway.
 SEND_BUFFER = 4096
+# The speaker hands the room this much at a time (23 ms at 22050 Hz): the room's device buffer
+# then holds what it models (60 ms) plus one block, not plus 93 ms.
+BLOCK_BYTES = 1024
 
 
 def _connect(path: str, kind: bytes) -> socket.socket:
@@ -33,7 +36,7 @@ def speaker(path: str, rate: int, width: int, channels: int) -> None:
     out". A speaker that dies without it is cut off at once, like a device that closes."""
     sock = _connect(path, f"speaker {rate} {width} {channels}\n".encode())
     stdin = cast(io.BufferedReader, sys.stdin.buffer)  # a buffered binary stream
-    while data := stdin.read1(4096):
+    while data := stdin.read1(BLOCK_BYTES):
         sock.sendall(len(data).to_bytes(4, "big") + data)
     sock.sendall(bytes(4))
     sock.recv(1)  # the room closes once it has played everything

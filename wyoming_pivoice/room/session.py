@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +31,12 @@ async def run_satellite_in_room(
     quiet_s: float = 4.0,
     limit_s: float = 60.0,
     log_level: str = "DEBUG",
+    during: Callable[[Room, asyncio.subprocess.Process], Awaitable[None]] | None = None,
 ) -> RoomRun:
     """Run `wyoming-pivoice satellite --server SERVER` with its speaker and microphone in the
     room, until the script has been said and no reply has played for `quiet_s` (or until
-    `limit_s`); then stop it with SIGTERM."""
+    `limit_s`); then stop it with SIGTERM. `during(room, process)` runs beside it (a test
+    that stops the process for a while)."""
     workdir.mkdir(parents=True, exist_ok=True)
     timing = workdir / "timing.jsonl"
     timing.unlink(missing_ok=True)
@@ -54,7 +57,10 @@ async def run_satellite_in_room(
                     since = room.quiet_since
                     return room.user_done() and since is not None and room.now - since >= quiet_s
 
+                side = asyncio.ensure_future(during(room, proc)) if during else None
                 settled = await room.wait_for(quiet, limit_s)
+                if side is not None:
+                    await side
             finally:
                 if proc.returncode is None:
                     proc.terminate()

@@ -8,6 +8,11 @@ speaker command is held back the way a sound card holds back `aplay`; when a spe
 command's input ends, the room plays what it holds, then lets the command exit; when a
 speaker command is killed, the sound stops at once (within a tick), as a device's does.
 
+A reply is a run of sound: it starts with a sound (after REPLY_GAP_S of silence, or from a
+new speaker command) and ends with its last sound once REPLY_GAP_S of silence follow, or
+when its command is killed. So a speaker command may play one reply (opened per reply) or
+many (a stream kept open, silence between them).
+
 Scripted speech (`Say`) starts at a time after the microphone opened, or a number of
 milliseconds after the speaker first makes a sound in a given reply (a user talking over
 it), or after a reply has ended. Every reply and every utterance is logged with its
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -29,9 +35,8 @@ from pathlib import Path
 import numpy as np
 from wyoming.audio import AudioFormat
 
-from ..audio import StreamingConverter
-from ..realtime import Pacer
-from .acoustics import RATE, EchoPath, NoiseFloor, RoomAcoustics
+from ..realtime import AUDIO_RT_PRIORITY, Pacer
+from .acoustics import RATE, EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -40,6 +45,26 @@ BLOCK_SECONDS = BLOCK / RATE
 SPEAKER_BUFFER_S = 0.06  # the speaker's device buffer
 SOUND_RMS = 10 ** (-60 / 20)  # a block louder than −60 dBFS makes a sound
 MIC_BACKLOG_S = 2.0  # a microphone reader further behind than this is dropped
+# Silence this long ends a reply: Piper's pauses between sentences are ~0.2-0.3 s, but a
+# phrase synthesized late under load leaves a gap inside a reply (0.8 s split replies at
+# load 12); the bench asks its next question once a reply has ended.
+REPLY_GAP_S = 1.5
+
+
+def _raise_priority() -> tuple[int, int] | None:
+    """This thread to real-time round-robin (where permitted); returns what to restore."""
+    try:
+        old = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(AUDIO_RT_PRIORITY))
+        return old
+    except (AttributeError, OSError):
+        return None
+
+
+def _restore_priority(old: tuple[int, int] | None) -> None:
+    if old is not None:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, old[0], os.sched_param(old[1]))
 
 
 @dataclass
@@ -62,17 +87,30 @@ class Say:
 
 @dataclass
 class Reply:
-    """One speaker command: one reply of the satellite."""
+    """One reply of the satellite: a run of sound from one speaker command."""
 
     number: int
     fmt: AudioFormat
-    opened: float
+    opened: float  # its first sound (or its command's start, for a command's first reply)
     first_sound: float | None = None
     last_sound: float | None = None
-    closed: float | None = None  # its command ended (finished or killed)
-    killed: bool = False  # the command died before saying its audio had ended
+    closed: float | None = None  # it ended: its silence began, or its command ended
+    killed: bool = False  # its command died while it played
     ended: float | None = None  # the room played the last of it
-    seconds: float = 0.0  # audio played
+    seconds: float = 0.0  # audio played (sound and the pauses inside it)
+
+
+@dataclass
+class _Speaker:
+    """One speaker command's connection: its device buffer."""
+
+    fmt: AudioFormat
+    opened: float
+    closed: bool = False
+    killed: bool = False
+    reply: Reply | None = None  # the reply it plays now
+    quiet_s: float = 0.0  # silence since its last sound
+    done_at: float | None = None
     _fifo: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     _space: asyncio.Event = field(default_factory=asyncio.Event)
     _done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -102,6 +140,7 @@ class Room:
         self.mic_path = folder / "mic.sock"
         self.speaker_path = folder / "speaker.sock"
         self.replies: list[Reply] = []
+        self._speakers: list[_Speaker] = []
         self.mic_opened: float | None = None  # room time of the first block a mic got
         self.recordings: dict[str, list[np.ndarray]] = {"echo": [], "voice": [], "mic": []}
         self._echo = EchoPath(acoustics)
@@ -146,8 +185,8 @@ class Room:
             server.close()
         for writer in self._mics:
             writer.close()
-        for reply in self.replies:
-            reply._done.set()
+        for speaker in self._speakers:
+            speaker._done.set()
         if self._tmp is not None:
             self._tmp.cleanup()
 
@@ -172,27 +211,27 @@ class Room:
         except (TypeError, ValueError):
             writer.close()
             return
-        reply = Reply(len(self.replies) + 1, fmt, self.now)
-        self.replies.append(reply)
-        converter = StreamingConverter(fmt, RATE)
-        reply._space.set()
+        speaker = _Speaker(fmt, self.now)
+        self._speakers.append(speaker)
+        converter = SpeakerPath(fmt, self.acoustics)
+        speaker._space.set()
         try:
             while True:
-                await reply._space.wait()
+                await speaker._space.wait()
                 size = int.from_bytes(await reader.readexactly(4), "big")
                 if not size:  # the command's input ended: play out what it handed over
-                    reply._fifo = np.concatenate([reply._fifo, converter.flush()])
+                    speaker._fifo = np.concatenate([speaker._fifo, converter.flush()])
                     break
                 data = await reader.readexactly(size)
-                reply._fifo = np.concatenate([reply._fifo, converter.convert(data)])
-                if len(reply._fifo) >= self.speaker_buffer:
-                    reply._space.clear()
+                speaker._fifo = np.concatenate([speaker._fifo, converter.convert(data)])
+                if len(speaker._fifo) >= self.speaker_buffer:
+                    speaker._space.clear()
         except (ConnectionError, asyncio.IncompleteReadError):
             # The command died (killed on barge-in): the device stops, its buffer is lost.
-            reply._fifo = reply._fifo[:0]
-            reply.killed = True
-        reply.closed = self.now
-        await reply._done.wait()  # the room played the rest
+            speaker._fifo = speaker._fifo[:0]
+            speaker.killed = True
+        speaker.closed = True
+        await speaker._done.wait()  # the room played the rest
         with contextlib.suppress(ConnectionError):
             writer.close()
             await writer.wait_closed()
@@ -201,33 +240,39 @@ class Room:
 
     async def _run(self) -> None:
         # A tick plays the block that has just gone by, on a fixed timeline: a late tick
-        # catches up rather than shifting the room's time.
+        # catches up rather than shifting the room's time. The room stands in for hardware
+        # (a sound card's clock does not wait for the CPU): it runs at the audio threads'
+        # priority where permitted, and between catch-up ticks the speakers' commands get
+        # to refill their device buffers, so the room's own lateness is no underrun.
+        policy = _raise_priority()
         pacer = Pacer(lead=-BLOCK_SECONDS, late=None)
-        while True:
-            self.now = await pacer.advance(BLOCK_SECONDS) + BLOCK_SECONDS
-            self._step()
-            async with self._tick:
-                self._tick.notify_all()
+        try:
+            while True:
+                self.now = await pacer.advance(BLOCK_SECONDS) + BLOCK_SECONDS
+                self._step()
+                async with self._tick:
+                    self._tick.notify_all()
+                await asyncio.sleep(0)
+        finally:
+            _restore_priority(policy)
 
     def _step(self) -> None:
         if self.mic_opened is None and self._mics:
             self.mic_opened = self.now  # this tick's block is the microphone's first
         played = np.zeros(BLOCK, dtype=np.float32)
-        for reply in self.replies:
-            if reply.ended is not None:
+        for speaker in self._speakers:
+            if speaker.done_at is not None:
                 continue
-            take = reply._fifo[:BLOCK]
-            reply._fifo = reply._fifo[BLOCK:]
+            take = speaker._fifo[:BLOCK]
+            speaker._fifo = speaker._fifo[BLOCK:]
             played[: len(take)] += take
-            reply.seconds += len(take) / RATE
-            if len(take) and float(np.sqrt(np.mean(take * take))) > SOUND_RMS:
-                reply.first_sound = reply.first_sound or self.now
-                reply.last_sound = self.now
-            if len(reply._fifo) < self.speaker_buffer:
-                reply._space.set()
-            if reply.closed is not None and not len(reply._fifo):
-                reply.ended = self.now
-                reply._done.set()
+            self._follow(speaker, take)
+            if len(speaker._fifo) < self.speaker_buffer:
+                speaker._space.set()
+            if speaker.closed and not len(speaker._fifo):
+                self._end_reply(speaker, killed=speaker.killed)
+                speaker.done_at = self.now
+                speaker._done.set()
         echo = self._echo.process(played)
         voice = self._voice_block()
         mic = echo + voice + self._noise.block(BLOCK)
@@ -243,6 +288,36 @@ class Room:
                 writer.close()
                 continue
             writer.write(pcm)
+
+    def _follow(self, speaker: _Speaker, take: np.ndarray) -> None:
+        """Replies as runs of sound in what `speaker` played this tick."""
+        sound = len(take) and float(np.sqrt(np.mean(take * take))) > SOUND_RMS
+        reply = speaker.reply
+        if sound:
+            if reply is None:
+                reply = Reply(len(self.replies) + 1, speaker.fmt, self.now)
+                reply.first_sound = self.now
+                self.replies.append(reply)
+                speaker.reply = reply
+            reply.last_sound = self.now
+            speaker.quiet_s = 0.0
+        elif reply is not None:
+            speaker.quiet_s += BLOCK_SECONDS
+            if speaker.quiet_s >= REPLY_GAP_S:
+                self._end_reply(speaker, gap=True)
+                return
+        if speaker.reply is not None:
+            speaker.reply.seconds += len(take) / RATE
+
+    def _end_reply(self, speaker: _Speaker, killed: bool = False, gap: bool = False) -> None:
+        reply, speaker.reply = speaker.reply, None
+        if reply is None:
+            return
+        assert reply.last_sound is not None
+        if gap:  # the silence that ended it is not its own
+            reply.seconds -= speaker.quiet_s
+        reply.ended = reply.closed = self.now if killed else reply.last_sound + BLOCK_SECONDS
+        reply.killed = killed
 
     def _voice_block(self) -> np.ndarray:
         for say in self.script:

@@ -43,6 +43,20 @@ MIC_FORMAT = AudioFormat(RATE, WIDTH, CHANNELS)
 # A file or `cat` would otherwise arrive in one burst; a live microphone is never this far
 # ahead of the wall clock, so limiting the lead paces the first and never delays the second.
 DEFAULT_MAX_LEAD = 0.25
+# The pace's timeline stays put when a read comes late (a CPU stall, a stopped process):
+# the backlog is then read at once and the lag is gone, where moving the timeline to "now"
+# kept every stall's lag for good (1.5 s stall → 1.28 s late on every later turn). Only a
+# gap longer than this (a command that restarted) moves it, so a file fed after one cannot
+# burst by more.
+CATCH_UP_SECONDS = 5.0
+
+
+def mic_pacer(lead: float) -> Pacer:
+    """The pace of a command or stdin microphone: at most `lead` ahead of real time, and a
+    late reader catches up."""
+    return Pacer(lead=lead, late=CATCH_UP_SECONDS)
+
+
 # A live mic command writes 32 kB/s; one that writes nothing for this long is stuck.
 MIC_STALL_SECONDS = 10.0
 EXIT_WAIT = 2.0  # a mic command that closed its output gets this long to exit
@@ -137,7 +151,7 @@ class CommandSource:
 
     def __init__(self, command: str, max_lead: float | None = DEFAULT_MAX_LEAD) -> None:
         self.command = command
-        self._pacer = Pacer(lead=max_lead) if max_lead is not None else None
+        self._pacer = mic_pacer(max_lead) if max_lead is not None else None
         self._proc: asyncio.subprocess.Process | None = None
         self._chunker = _Chunker()
         self._backoff = Backoff()
@@ -233,7 +247,7 @@ class StdinSource:
     """Raw s16le 16 kHz mono on our own standard input (a pipe, or a file redirected in)."""
 
     def __init__(self, max_lead: float | None = DEFAULT_MAX_LEAD) -> None:
-        self._pacer = Pacer(lead=max_lead) if max_lead is not None else None
+        self._pacer = mic_pacer(max_lead) if max_lead is not None else None
         self._reader: asyncio.StreamReader | None = None
         self._transport: asyncio.BaseTransport | None = None
         self._chunker = _Chunker()

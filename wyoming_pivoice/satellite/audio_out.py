@@ -18,8 +18,12 @@ import asyncio
 import contextlib
 import fcntl
 import logging
+import os
 import shlex
+import signal
+import subprocess
 import termios
+import threading
 import time
 import wave
 from collections.abc import Callable
@@ -30,7 +34,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 from wyoming.audio import AudioFormat
 
 from ..audio import bytes_per_second, duration, frame_bytes, plain_format
-from ..realtime import Pacer, timeout
+from ..realtime import Pacer, raise_audio_thread, timeout
 from .audio_in import find_device
 from .commands import end_command, start_command
 from .protocols import AudioSink
@@ -461,10 +465,381 @@ class PyAudioSink(QueuedSink):
 
 
 def open_sink(snd: SndSettings) -> AudioSink:
+    """The sink the settings name. A speaker (a device, or a command without {n}) is one
+    continuous stream; a command with {n} is started per reply (a file per reply)."""
     if snd.wav:
         return WavSink(snd.wav, realtime=snd.realtime)
     if snd.command:
-        return CommandSink(snd.command)
+        if "{n}" in snd.command:
+            return CommandSink(snd.command)
+        return ContinuousSink(CommandDevice(snd.command))
     if snd.device in ("null", "none"):
         return NullSink(realtime=snd.realtime)
-    return PyAudioSink(snd.device)
+    return ContinuousSink(PyAudioDevice(snd.device))
+
+
+# ---- continuous playout: the speaker stream stays open across replies ----------------------
+
+BLOCK_SECONDS = 0.02  # the speaker thread writes blocks this long, audio or silence
+# How far ahead of its due time a block goes to the device: enough to ride out a late
+# wake-up of the speaker thread, short enough that a barge-in is silent within it.
+CONTINUOUS_LEAD = 0.04
+KEEP_REFERENCE_SECONDS = 30.0  # bound on audio queued for the speaker (a drain waits for it)
+# The speaker thread this late for a block (past its due time: everything before it has
+# played, the lead is used up): the device ran dry.
+UNDERRUN_LATE = 0.005
+
+
+class SpeakerDevice(Protocol):
+    """A blocking output stream (the speaker thread's only contact with the device)."""
+
+    def open(self, fmt: AudioFormat) -> None: ...
+
+    def write(self, pcm: bytes) -> None:
+        """Returns once the device has taken `pcm` (blocks while its buffer is full)."""
+
+    def wait_taking(self, primer: bytes, timeout: float) -> None:
+        """Write `primer` and return once the device has taken it (bounded by `timeout`):
+        a command's start-up is not counted as playing."""
+
+    def close(self) -> None: ...
+
+
+class CommandDevice:
+    """A speaker command (`aplay …`) fed through a small pipe, started once."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def open(self, fmt: AudioFormat) -> None:
+        command = self.command
+        for key, value in (
+            ("rate", fmt.rate),
+            ("width", fmt.width),
+            ("channels", fmt.channels),
+            ("bits", fmt.width * 8),
+            ("n", 1),
+        ):
+            command = command.replace("{" + key + "}", str(value))
+        # Its own process group: closing ends everything it started (sh -c 'aplay …').
+        self._proc = subprocess.Popen(
+            command,
+            shell=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        assert self._proc.stdin is not None
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(self._proc.stdin.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
+        _LOGGER.debug("Speaker command started (pid %s): %s", self._proc.pid, command)
+
+    def wait_taking(self, primer: bytes, timeout: float) -> None:
+        self.write(primer)
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None
+        fd = proc.stdin.fileno()
+        deadline = time.monotonic() + timeout
+        count = array.array("i", [0])
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                fcntl.ioctl(fd, termios.FIONREAD, count)
+            except OSError:
+                return
+            if count[0] < len(primer):
+                return
+            time.sleep(0.005)
+
+    def write(self, pcm: bytes) -> None:
+        proc = self._proc
+        if proc is None or proc.stdin is None:
+            raise OSError("the speaker command is not running")
+        try:
+            proc.stdin.write(pcm)
+            proc.stdin.flush()
+        except (BrokenPipeError, ValueError) as err:
+            raise OSError(f"the speaker command stopped taking audio ({err})") from None
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if proc.stdin is not None:
+                proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=SPEAKER_MARGIN)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)
+
+
+class PyAudioDevice:
+    """An output device through PortAudio, opened once."""
+
+    FRAMES = 512
+
+    def __init__(self, device: str | None = None) -> None:
+        self.device = device
+        self._pa: Any = None
+        self._stream: Any = None
+
+    def open(self, fmt: AudioFormat) -> None:
+        import pyaudio
+
+        self._pa = pa = pyaudio.PyAudio()
+        self._stream = pa.open(
+            format=pa.get_format_from_width(fmt.width),
+            channels=fmt.channels,
+            rate=fmt.rate,
+            output=True,
+            output_device_index=find_device(pa, self.device, want_input=False),
+            frames_per_buffer=self.FRAMES,
+        )
+
+    def wait_taking(self, primer: bytes, timeout: float) -> None:
+        self.write(primer)
+
+    def write(self, pcm: bytes) -> None:
+        if self._stream is None:
+            raise OSError("the speaker device is closed")
+        try:
+            self._stream.write(pcm)
+        except Exception as err:  # PortAudio's own errors: the device vanished
+            raise OSError(f"the speaker device failed ({err})") from None
+
+    def close(self) -> None:
+        stream, self._stream = self._stream, None
+        pa, self._pa = self._pa, None
+        with contextlib.suppress(Exception):
+            if stream is not None:
+                stream.stop_stream()
+                stream.close()
+        with contextlib.suppress(Exception):
+            if pa is not None:
+                pa.terminate()
+
+
+class _Reply:
+    """One reply on the continuous stream, as the loop waits for it."""
+
+    def __init__(self) -> None:
+        self.pending = bytearray()  # stream-format audio not written yet
+        self.ended = False  # drain(): nothing more comes
+        self.started = False
+        self.first_due: float | None = None
+        self.last_due: float | None = None  # when its last sample plays
+        self.done = threading.Event()
+
+
+class ContinuousSink:
+    """The speaker stream stays open across replies; silence is written between them.
+
+    One thread, started with the first reply, writes BLOCK_SECONDS blocks to the device on
+    a timeline of the stream's own sample count, each CONTINUOUS_LEAD before it is due:
+    reply audio when there is some, silence otherwise. So the echo's delay never moves from
+    reply to reply, a late event loop cannot open a gap inside a reply (the audio is queued
+    ahead), and each block goes to the echo canceller's reference with the time it plays.
+    When the thread itself is late (the device ran dry), the timeline moves on by that
+    much: silence in the reference too. A stop drops the queued audio; the stream and AEC3
+    go on. The stream's format is the first reply's (mono 16-bit); later replies in another
+    format are converted to it.
+    """
+
+    def __init__(self, device: SpeakerDevice, lead: float = CONTINUOUS_LEAD) -> None:
+        self.device = device
+        self.lead = lead
+        self.first_sample_at: float | None = None
+        self.tap: Tap | None = None
+        self.replies = 0
+        self.underruns = 0
+        self._format: AudioFormat | None = None
+        self._converters: dict[AudioFormat, Any] = {}
+        self._lock = threading.Lock()
+        self._reply: _Reply | None = None
+        self._thread: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._failed: BaseException | None = None
+        self._cut = False  # a barge-in cut the reply: drop its audio until stop/drain
+        self.cut_at: float | None = None  # when the audio core last cut a reply (take_cut)
+
+    @property
+    def playing(self) -> bool:
+        reply = self._reply
+        return reply is not None and not reply.done.is_set()
+
+    def _stream_pcm(self, pcm: bytes, fmt: AudioFormat) -> bytes:
+        assert self._format is not None
+        if fmt == self._format:
+            return pcm
+        from ..audio import StreamingConverter, float_to_pcm16
+
+        converter = self._converters.get(fmt)
+        if converter is None:
+            converter = self._converters[fmt] = StreamingConverter(fmt, self._format.rate)
+        return float_to_pcm16(converter.convert(pcm))
+
+    async def play(self, pcm: bytes, fmt: AudioFormat) -> None:
+        fmt = plain_format(fmt)
+        if self._format is None:
+            self._format = AudioFormat(fmt.rate, 2, 1)
+        if self._thread is None or self._failed is not None:
+            await self._start()
+        with self._lock:
+            if self._cut:
+                return
+            reply = self._reply
+            if reply is None or reply.ended or reply.done.is_set():
+                reply = self._reply = _Reply()
+                self.replies += 1
+                self.first_sample_at = None
+            if len(reply.pending) < KEEP_REFERENCE_SECONDS * bytes_per_second(self._format):
+                reply.pending += self._stream_pcm(pcm, fmt)
+
+    async def _start(self) -> None:
+        assert self._format is not None
+        if self._thread is not None:  # the last device failed: a new one
+            await asyncio.to_thread(self._thread.join, STOP_WAIT)
+        self._failed = None
+        self._closing.clear()
+        fmt = self._format
+        await asyncio.to_thread(self.device.open, fmt)
+        self._thread = threading.Thread(
+            target=self._run, args=(fmt,), name="pivoice speaker", daemon=True
+        )
+        self._thread.start()
+
+    def take_cut(self) -> float | None:
+        """When the audio core cut the reply playing (a barge-in the loop has not seen yet),
+        once; None if it did not."""
+        with self._lock:
+            at, self.cut_at = self.cut_at, None
+            if at is not None:
+                self._cut = False  # the loop knows now: its next reply plays
+        return at
+
+    async def drain(self) -> None:
+        self._cut = False
+        reply = self._reply
+        if reply is None:
+            return
+        assert self._format is not None
+        with self._lock:
+            reply.ended = True
+            left = len(reply.pending) / bytes_per_second(self._format)
+        # Bounded: the reply's own length, the lead, and the margin a device gets.
+        await asyncio.to_thread(reply.done.wait, left + self.lead + SPEAKER_MARGIN)
+        if reply.first_due is not None:
+            self.first_sample_at = reply.first_due
+        if reply.last_due is not None:
+            delay = reply.last_due - time.monotonic()
+            if delay > 0:  # written, and plays within the lead: wait until it has played
+                await asyncio.sleep(delay)
+        reply.done.set()
+
+    async def stop(self) -> None:
+        self.cut()
+        self._cut = False
+
+    def cut(self, hold: bool = False) -> None:
+        """Thread-safe stop: the current reply's queued audio is dropped at once (what is
+        written already, the lead, still plays). The audio core calls it on a barge-in with
+        `hold`: the rest of that reply is dropped too, until the loop's own stop (or the
+        reply's drain) has caught up."""
+        with self._lock:
+            self._cut = self._cut or hold
+            reply = self._reply
+            if reply is None or reply.done.is_set():
+                return
+            if hold:
+                self.cut_at = time.monotonic()
+            reply.pending.clear()
+            reply.ended = True
+            if reply.first_due is not None:
+                self.first_sample_at = reply.first_due
+        reply.done.set()
+        restart = getattr(self.tap, "restart", None)
+        if restart is not None:
+            restart()  # the echo canceller: see EchoCanceller.restart
+
+    async def close(self) -> None:
+        await self.stop()
+        self._closing.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            await asyncio.to_thread(thread.join, STOP_WAIT + SPEAKER_MARGIN)
+        await asyncio.to_thread(self.device.close)
+
+    # ---- the speaker thread ---------------------------------------------------------------
+
+    def _next_block(self, size: int) -> tuple[bytes, _Reply | None, bool]:
+        """The next block (audio or silence), the reply it belongs to, and whether it ends it."""
+        with self._lock:
+            reply = self._reply
+            if reply is None or reply.done.is_set() or not reply.pending:
+                last = reply is not None and reply.ended and not reply.done.is_set()
+                return bytes(size), (reply if last else None), last
+            block = bytes(reply.pending[:size])
+            del reply.pending[:size]
+            ends = reply.ended and not reply.pending
+        return block.ljust(size, b"\0"), reply, ends
+
+    def _run(self, fmt: AudioFormat) -> None:
+        raise_audio_thread("speaker")
+        rate = fmt.rate
+        block_samples = max(1, round(BLOCK_SECONDS * rate))
+        size = block_samples * frame_bytes(fmt)
+        primer = bytes(round(rate * PRIMER_SECONDS) * frame_bytes(fmt))
+        self.device.wait_taking(primer, COMMAND_START_TIMEOUT)
+        start = time.monotonic()  # when sample 0 of the timeline plays
+        samples = 0
+        try:
+            while not self._closing.is_set():
+                pcm, reply, ends = self._next_block(size)
+                due = start + samples / rate
+                wait = due - self.lead - time.monotonic()
+                if wait > 0 and self._closing.wait(wait):
+                    break
+                late = time.monotonic() - due
+                if late > UNDERRUN_LATE:
+                    # This thread came after the device had played everything written (a
+                    # late wake-up, a full device): it played silence meanwhile. The
+                    # timeline moves on by that much and the reference gets the same
+                    # silence, so it stays the device's own; writing the missed blocks in a
+                    # burst instead would turn every late wake-up into latency for good.
+                    gap = round(late * rate)
+                    start += gap / rate
+                    due = start + samples / rate
+                    if self.tap is not None:
+                        self.tap.reference(bytes(gap * frame_bytes(fmt)), fmt, due - gap / rate)
+                    self.underruns += 1
+                written = time.monotonic()
+                self.device.write(pcm)
+                if self.tap is not None:
+                    # No sample plays before it is written: the reference never comes after
+                    # its echo, even from a device faster than our clock (it is early by at
+                    # most the lead, a delay AEC3 finds).
+                    self.tap.reference(pcm, fmt, min(due, written))
+                samples += block_samples
+                if reply is not None:
+                    if not reply.started and any(pcm):
+                        reply.started = True
+                        reply.first_due = due
+                    if ends:
+                        reply.last_due = due + block_samples / rate
+                        reply.done.set()
+        except OSError as err:
+            _LOGGER.warning("Playback failed (%s); the speaker reopens with the next reply", err)
+            self._failed = err
+        except Exception as err:
+            _LOGGER.exception("Playback failed")
+            self._failed = err
+        finally:
+            with self._lock:
+                if self._reply is not None:
+                    self._reply.done.set()
+            if self._failed is not None:
+                with contextlib.suppress(Exception):
+                    self.device.close()

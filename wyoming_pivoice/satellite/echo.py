@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from wyoming.audio import AudioFormat
 from ..audio import StreamingConverter
 from .endpoint import Hearing
 from .settings import EchoSettings
+from .turn_policy import NO_COUPLING_DB, Evidence
 
 if TYPE_CHECKING:
     from livekit import rtc
@@ -46,14 +48,26 @@ FRAME = RATE // 100  # AEC3 takes 10 ms frames
 JOIN_SECONDS = 0.05
 KEEP_SECONDS = 2.0  # reference history kept behind the capture position
 CAPTURE_WINDOW_SECONDS = 5.0  # see CaptureClock
+GAP_SECONDS = 1.0  # a microphone whose reads stay this much later has restarted
 # After the reference falls silent, its echo may still arrive for this long
-# (the device's buffer, the acoustic delay, the room's tail).
-ECHO_TAIL_SECONDS = 0.8
-# Each reply opens the speaker anew, so its echo's delay differs a little from the last
-# one's: AEC3 leaks for ~100 ms while it finds it (measured: −20 dBFS residual, Silero at
-# 0.94-0.99 for 250 ms). A reply's first 0.6 s starts no speech.
-SETTLING_SECONDS = 0.6
+# (the device's buffer, the acoustic delay, the room's tail: RT60 up to 0.8 s).
+ECHO_TAIL_SECONDS = 1.0
 SILENT_RMS = 1e-4  # a reference frame quieter than this (−80 dBFS) plays no echo
+# The echo estimate (turn_policy's evidence): windows of this many audible 10 ms frames
+# (0.5 s: the first must be done before a user talks over the first reply — a window with
+# the voice in it made a headset look coupled at −15 dB, and the voice was ignored),
+# the last few of them kept; the echo now comes from what played up to RECENT_FRAMES ago
+# (the device's buffer and the acoustic delay, 0.5 s at most in the rooms we model).
+WINDOW_FRAMES = 50
+WINDOWS_KEPT = 5
+RECENT_FRAMES = 50
+FLOOR_WINDOW_FRAMES = 50
+# A window where the microphone stands this far over the echo expected of it holds the
+# user's voice: it tells nothing of what the canceller achieves.
+USER_IN_WINDOW_DB = 3.0
+MAX_ERLE_DB = 40.0
+ONSET_QUIET_FRAMES = 100  # a reference silent this long (1 s) and sounding again: a reply starts
+ONSET_FRAMES = 50  # its first 0.5 s
 
 
 def load_apm(settings: EchoSettings) -> rtc.AudioProcessingModule:
@@ -106,6 +120,105 @@ class EchoStats:
         return round(10 * math.log10(max(self.energy_in, 1e-12) / max(self.energy_out, 1e-12)), 1)
 
 
+class EchoEstimate:
+    """How loud the speaker comes back into the microphone and how much of it the
+    canceller takes out, from the frames that play: the evidence turn_policy weighs.
+
+    - coupling: echo energy (the microphone's, less the noise floor) over reference energy,
+      per window of audible frames; the lowest of the last few (the user's voice only ever
+      adds energy). Unknown: assumed 0 dB, the loudest echo a room gives.
+    - ERLE: microphone over residual energy in the windows without the user's voice; the
+      median of the last few. Unknown: 0.
+    - noise floor: the microphone's energy while nothing plays, lowest of recent windows.
+    """
+
+    def __init__(self) -> None:
+        self._ref = self._mic = self._out = 0.0
+        self._frames = 0
+        self._couplings: deque[float] = deque(maxlen=WINDOWS_KEPT)
+        self._erles: deque[float] = deque(maxlen=WINDOWS_KEPT)
+        self._floors: deque[float] = deque(maxlen=20)
+        self._quiet = 0.0
+        self._quiet_frames = 0
+        self._recent: deque[float] = deque(maxlen=RECENT_FRAMES)  # reference frame energies
+        self._silent_frames = ONSET_QUIET_FRAMES  # reference frames in a row without sound
+        self._since_onset = 0  # audible frames since a reply's first sound
+
+    @property
+    def coupling_db(self) -> float | None:
+        return min(self._couplings) if self._couplings else None
+
+    @property
+    def erle_db(self) -> float:
+        # The median of the last few: the lowest (a window still converging, or one with a
+        # leak) held a voice at the echo's level under the margin (bench, −3/−6 dB: 0/2).
+        return float(np.median(self._erles)) if self._erles else 0.0
+
+    @property
+    def floor(self) -> float:
+        """Mean-square energy of the noise floor (−70 dBFS until measured)."""
+        return min(self._floors) if self._floors else 1e-7
+
+    def frame(self, ref: float, mic: float, out: float, audible: bool, echo: bool) -> None:
+        """One 10 ms frame's mean-square energies (reference, microphone, residual)."""
+        self._recent.append(ref if audible else 0.0)
+        if audible:
+            if self._silent_frames >= ONSET_QUIET_FRAMES:
+                self._since_onset = 0
+            self._since_onset += 1
+            self._silent_frames = 0
+        else:
+            self._silent_frames += 1
+        if not echo:  # nothing plays, nor its tail: the room's own noise
+            self._quiet += mic
+            self._quiet_frames += 1
+            if self._quiet_frames >= FLOOR_WINDOW_FRAMES:
+                self._floors.append(self._quiet / self._quiet_frames)
+                self._quiet, self._quiet_frames = 0.0, 0
+            return
+        self._quiet, self._quiet_frames = 0.0, 0
+        if not audible:
+            return
+        self._ref += ref
+        self._mic += mic
+        self._out += out
+        self._frames += 1
+        if self._frames < WINDOW_FRAMES:
+            return
+        floor = self.floor * self._frames
+        echo_energy = max(self._mic - floor, 1e-12)
+        coupling = _db(echo_energy / max(self._ref, 1e-12))
+        known = self.coupling_db
+        if known is None or coupling <= known + USER_IN_WINDOW_DB:
+            erle = _db(max(self._mic - floor, 1e-12) / max(self._out - floor, 1e-12))
+            self._erles.append(min(max(erle, 0.0), MAX_ERLE_DB))
+        self._couplings.append(max(coupling, -90.0))
+        self._ref = self._mic = self._out = 0.0
+        self._frames = 0
+
+    @property
+    def no_echo(self) -> bool:
+        """The microphone does not hear the speaker (a headset): nothing to take out."""
+        coupling = self.coupling_db
+        return coupling is not None and coupling <= NO_COUPLING_DB
+
+    def expected_residual(self) -> float:
+        """Mean-square energy the echo alone would leave in the frame heard now."""
+        loudest = max(self._recent, default=0.0)
+        coupling = self.coupling_db
+        echo = loudest * 10 ** ((coupling if coupling is not None else 0.0) / 10)
+        # A reply's first moments: AEC3's filter may still be the one it adapted through the
+        # user's voice over the last reply (a barge-in), and leaks until it re-adapts
+        # (measured: a self-made turn 0.3 s into the next reply). Count on no cancelling
+        # for its first 0.5 s: only a voice louder than the echo itself interrupts then.
+        erle = self.erle_db if self._since_onset >= ONSET_FRAMES else 0.0
+        return echo / 10 ** (erle / 10) + self.floor
+
+
+def _db(ratio: float) -> float:
+    return 10 * math.log10(max(ratio, 1e-12))
+
+
 @dataclass
 class _Reference:
     """The played audio on the timeline: `samples[0]` is timeline index `start`."""
@@ -125,14 +238,19 @@ class CaptureClock:
 
     A chunk is read at or after its capture, later whenever the reader falls behind, so
     its capture is placed at the sample count plus the smallest read-minus-count offset
-    seen over the last CAPTURE_WINDOW_SECONDS: a backlog never makes audio look later than
-    it was (the reference would then come after its echo), and after a gap (a mic that
-    restarted) the old offset is forgotten within the window.
+    seen: a backlog never makes audio look later than it was (the reference would then
+    come after its echo). The offset follows a larger minimum of the last
+    CAPTURE_WINDOW_SECONDS (a microphone slower than our clock, a mic that restarted after
+    a gap) only gradually, SLEW_SAMPLES per chunk at most (≈ 2000 ppm), and a smaller one
+    at once: the canceller's timeline never jumps later under a steady stream.
     """
+
+    SLEW_SAMPLES = 1
 
     def __init__(self) -> None:
         self.count = 0
         self._offsets: deque[tuple[int, int]] = deque()  # (count, offset), offsets rising
+        self._offset: int | None = None
 
     def first_sample(self, read_index: int, samples: int) -> int:
         """The timeline index of the first sample of a chunk read at `read_index`."""
@@ -142,7 +260,14 @@ class CaptureClock:
         self._offsets.append((self.count, offset))
         while self._offsets[0][0] < self.count - CAPTURE_WINDOW_SECONDS * RATE:
             self._offsets.popleft()
-        first = self.count + self._offsets[0][1]
+        target = self._offsets[0][1]
+        if self._offset is None or target <= self._offset:
+            self._offset = target
+        elif target - self._offset > GAP_SECONDS * RATE:
+            self._offset = target  # a gap in the stream (a restart): start anew
+        else:
+            self._offset += min(self.SLEW_SAMPLES, target - self._offset)
+        first = self.count + self._offset
         self.count += samples
         return first
 
@@ -150,13 +275,16 @@ class CaptureClock:
 class EchoCanceller:
     """AEC3 between what the satellite plays and what its microphone hears.
 
-    `reference` and `process` are called from the event loop (the sink's writer and the
-    listener); each 10 ms frame costs AEC3 about 0.2 ms here, so there is no thread hop.
+    `reference` comes from the speaker's thread, `process` from the microphone's (the audio
+    core, core.py), or both from the event loop; a lock keeps them apart. Each 10 ms frame
+    costs AEC3 about 0.2 ms here. A barge-in does not restart AEC3: the echo path is the
+    same room before and after it, and a continuous speaker keeps its delay.
     """
 
     def __init__(self, settings: EchoSettings) -> None:
         self.settings = settings
         self._apm = load_apm(settings)
+        self._lock = threading.Lock()
         self._origin: float | None = None  # monotonic time of timeline index 0
         self._ref = _Reference()
         self._capture = CaptureClock()
@@ -165,7 +293,9 @@ class EchoCanceller:
         # Output lags input by one frame (10 ms) so every chunk comes back whole.
         self._out = np.zeros(FRAME, dtype=np.int16)
         self._last_echo_index = -(10**9)  # timeline index of the last audible reference frame
-        self._settled_index = 0  # the reply that started last has settled from here on
+        self.estimate = EchoEstimate()
+        self._chunk_residual = 0.0  # mean-square energy of the last chunk's output
+        self._chunk_expected = 0.0  # …and what the echo alone would have left of it
         self.stats = EchoStats()
 
     # ---- the timeline -----------------------------------------------------------------
@@ -179,35 +309,48 @@ class EchoCanceller:
 
     def reference(self, pcm: bytes, fmt: AudioFormat, due: float) -> None:
         """`pcm` (in `fmt`) is due to start playing at monotonic time `due`."""
+        with self._lock:
+            self._add_reference(pcm, fmt, due)
+
+    def _add_reference(self, pcm: bytes, fmt: AudioFormat, due: float) -> None:
         index = self._index(due)
         ref = self._ref
-
         if ref.fmt != fmt or index > ref.end + JOIN_SECONDS * RATE:
-            ref.converter = StreamingConverter(fmt, RATE)  # a new reply: a new stream
-            ref.fmt = fmt
-            # Nothing plays in the past: a reply whose first piece is reported after the
-            # microphone moved on starts no earlier than what the mic reads now.
+            if ref.fmt != fmt:
+                ref.converter = StreamingConverter(fmt, RATE)  # another format: a new stream
+                ref.fmt = fmt
+            # Nothing plays in the past: a piece reported after the microphone moved on
+            # starts no earlier than what the mic reads now.
             if self._capture_index is not None:
                 index = max(index, self._capture_index)
         assert ref.converter is not None
         samples = ref.converter.convert(pcm)
         if index > ref.end + JOIN_SECONDS * RATE:
+            # A gap (the speaker ran dry, or nothing played): silence on the timeline.
             gap = np.zeros(index - ref.end, dtype=np.float32)
             ref.samples = np.concatenate([ref.samples, gap, samples])
-            self._settled_index = index + round(SETTLING_SECONDS * RATE)
         else:
             ref.samples = np.concatenate([ref.samples, samples])
 
     def cut(self, at: float) -> None:
-        """The reply stopped at monotonic `at` (a barge-in): what was handed over for later
-        never plays, and AEC3 starts afresh. Its filter has just adapted through the user's
-        voice over the reply; measured in the room, the next reply then leaked for over
-        0.6 s (a self-made turn in 1 of 4 runs), where a fresh AEC3 settles within its first
-        0.1-0.3 s as it does on the first reply."""
-        ref, index = self._ref, self._index(at)
-        if index < ref.end:
-            ref.samples = ref.samples[: max(0, index - ref.start)]
-        self._apm = load_apm(self.settings)
+        """The reply stopped at monotonic `at` (a barge-in on a sink that stops its device):
+        what was handed over for later never plays; AEC3 starts afresh (see restart)."""
+        with self._lock:
+            ref, index = self._ref, self._index(at)
+            if index < ref.end:
+                ref.samples = ref.samples[: max(0, index - ref.start)]
+        self.restart()
+
+    def restart(self) -> None:
+        """A barge-in: AEC3 starts afresh. Its filter has just adapted through the user's
+        voice over the reply and stays off for the next reply (measured in the room, −6 dB:
+        ERLE 7 dB over all of the next reply, against 30 dB with no voice over the cut
+        one), where a fresh AEC3 is at 25-35 dB within its first second; the estimate
+        keeps counting on no cancelling for that second (EchoEstimate.expected_residual).
+        The timeline and the echo estimate are the room's and stay."""
+        apm = load_apm(self.settings)
+        with self._lock:
+            self._apm = apm
 
     def _reference_frame(self, index: int) -> np.ndarray:
         ref = self._ref
@@ -228,6 +371,10 @@ class EchoCanceller:
     def process(self, chunk: bytes, captured: float) -> bytes:
         """One mic chunk (16 kHz mono s16le) read at monotonic `captured` → the same length,
         echo removed."""
+        with self._lock:
+            return self._process(chunk, captured)
+
+    def _process(self, chunk: bytes, captured: float) -> bytes:
         from livekit.rtc import AudioFrame
 
         samples = np.frombuffer(chunk, dtype="<i2")
@@ -236,9 +383,13 @@ class EchoCanceller:
         pending = np.concatenate([self._pending, samples])
         outputs = [self._out]
         used = 0
+        scale = 1.0 / (32768.0 * 32768.0)
+        residual = expected = 0.0
+        frames = 0
         while len(pending) - used >= FRAME:
             ref = self._reference_frame(self._capture_index)
-            audible = float(np.sqrt(np.mean(ref * ref))) > SILENT_RMS
+            ref_energy = float(np.mean(ref * ref))
+            audible = ref_energy > SILENT_RMS * SILENT_RMS
             if audible:
                 self._last_echo_index = self._capture_index
             render = AudioFrame(_to_pcm16(ref), RATE, 1, FRAME)
@@ -251,12 +402,23 @@ class EchoCanceller:
             out = np.frombuffer(capture.data, dtype=np.int16).copy()
             if audible:
                 self._count(near, out)
+            echo = self._echo_possible()
+            mic_energy = float(np.mean(near.astype(np.float64) ** 2)) * scale
+            out_energy = float(np.mean(out.astype(np.float64) ** 2)) * scale
+            self.estimate.frame(ref_energy, mic_energy, out_energy, audible, echo)
             # AEC3 always sees the stream (its state stays continuous); outside echo its
-            # output is not used, so speech outside replies reaches the VAD as captured.
-            echo = self.hearing is not Hearing.CLEAR
-            outputs.append(out if echo or self.settings.always_process else near)
+            # output is not used, so speech outside replies reaches the VAD as captured,
+            # and with no echo path (a headset) nothing is taken off the user's voice.
+            use_out = (echo and not self.estimate.no_echo) or self.settings.always_process
+            chosen = out if use_out else near
+            outputs.append(chosen)
+            residual += float(np.mean(chosen.astype(np.float64) ** 2)) * scale
+            expected += self.estimate.expected_residual()
+            frames += 1
             used += FRAME
             self._capture_index += FRAME
+        if frames:
+            self._chunk_residual, self._chunk_expected = residual / frames, expected / frames
         self._pending = pending[used:].copy()
         out_all = np.concatenate(outputs)
         self._out = out_all[len(samples) :].copy()
@@ -269,16 +431,36 @@ class EchoCanceller:
         self.stats.energy_out += float(np.sum(out.astype(np.float64) ** 2)) * scale
 
     def take_stats(self) -> EchoStats:
-        stats, self.stats = self.stats, EchoStats()
+        with self._lock:
+            stats, self.stats = self.stats, EchoStats()
         return stats
+
+    @property
+    def captured_until(self) -> float | None:
+        """Monotonic time the last chunk processed ended, as the capture clock places it."""
+        if self._origin is None or self._capture_index is None:
+            return None
+        return self._origin + (self._capture_index + len(self._pending)) / RATE
+
+    def _echo_possible(self) -> bool:
+        index = self._capture_index
+        return index is not None and index - self._last_echo_index <= ECHO_TAIL_SECONDS * RATE
 
     @property
     def hearing(self) -> Hearing:
         """What the microphone may be hearing now besides the user."""
-        index = self._capture_index
-        if index is None or index - self._last_echo_index > ECHO_TAIL_SECONDS * RATE:
-            return Hearing.CLEAR
-        return Hearing.SETTLING if index < self._settled_index else Hearing.ECHO
+        return Hearing.ECHO if self._echo_possible() else Hearing.CLEAR
+
+    def evidence(self, probability: float) -> Evidence:
+        """The last chunk processed, for turn_policy.decide, given its VAD probability."""
+        estimate = self.estimate
+        return Evidence(
+            probability,
+            playing=self._echo_possible(),
+            coupling_db=estimate.coupling_db,
+            residual_db=round(_db(self._chunk_residual), 1),
+            expected_residual_db=round(_db(self._chunk_expected), 1),
+        )
 
 
 def _to_pcm16(samples: np.ndarray) -> bytes:
@@ -301,13 +483,16 @@ def open_canceller(settings: EchoSettings) -> EchoCanceller | None:
 def cancel_echo(
     source: AudioSource, sink: AudioSink, endpointer: Endpointer, canceller: EchoCanceller | None
 ) -> AudioSource:
-    """Put the canceller between `sink` (its reference) and `source`, and tell `endpointer`
-    when echo may be heard; returns the source to read from."""
+    """Put the canceller between `sink` (its reference) and `source`, with the microphone,
+    the canceller and the VAD on the audio core's thread (core.py); returns the source to
+    read from. Without a canceller the source is read as it is."""
     if canceller is None:
         return source
+    from .audio_in import WavSource
+    from .core import CoreSource
+
     sink.tap = canceller
-    endpointer.hearing = lambda: canceller.hearing
-    return EchoCancelledSource(source, canceller)
+    return CoreSource(source, canceller, endpointer, live=not isinstance(source, WavSource))
 
 
 class EchoCancelledSource:

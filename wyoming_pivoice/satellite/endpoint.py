@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Protocol
 
@@ -25,6 +25,7 @@ import numpy as np
 
 from .audio_in import CHUNK_BYTES, CHUNK_SECONDS
 from .settings import VadSettings
+from .turn_policy import Decision, Evidence, TurnPolicy, decide
 
 FRAME_MS = CHUNK_SECONDS * 1000  # 32 ms
 HYSTERESIS = 0.15  # speech continues until the probability drops this far below the threshold
@@ -35,7 +36,8 @@ class Hearing(str, Enum):
 
     CLEAR = "clear"  # nothing plays: speech starts at the threshold
     ECHO = "echo"  # a reply or its tail: what is left of its echo must not start speech
-    SETTLING = "settling"  # a reply just started: the canceller is finding its delay
+    # Kept for old callers: with continuous playout no reply settles anew (read as ECHO).
+    SETTLING = "settling"
 
 
 class EndpointKind(str, Enum):
@@ -53,6 +55,9 @@ class EndpointEvent:
     last_voiced: float  # time of its latest voiced frame
     audio: bytes = b""
     forced: bool = False  # ENDPOINT because the utterance reached max_speech_s
+    # SPEECH_STARTED over a reply (turn_policy.Decision.INTERRUPT): a barge-in; both modes
+    # stop the reply on it and take the utterance as the next request.
+    interrupt: bool = False
 
     @property
     def seconds(self) -> float:
@@ -63,12 +68,26 @@ def _frames(ms: float) -> int:
     return max(0, math.ceil(ms / FRAME_MS - 1e-9))
 
 
+def policy_from(settings: VadSettings) -> TurnPolicy:
+    """The turn policy's thresholds from the VAD settings."""
+    return TurnPolicy(
+        threshold=settings.threshold,
+        echo_threshold=settings.echo_threshold,
+        min_speech_frames=max(1, _frames(settings.min_speech_ms)),
+        echo_min_speech_frames=max(1, _frames(settings.echo_min_speech_ms)),
+    )
+
+
 class EndpointLogic:
     """The endpointing state machine over per-frame speech probabilities."""
 
     def __init__(self, settings: VadSettings) -> None:
         self.settings = settings
         self.threshold = settings.threshold
+        self.policy = policy_from(settings)
+        # What the echo canceller knows of the frame about to be processed (turn_policy);
+        # None: only `hearing` (CLEAR or not) is known.
+        self.evidence: Evidence | None = None
         self.hearing = Hearing.CLEAR
         self.neg_threshold = max(0.0, settings.threshold - HYSTERESIS)
         self.silence_frames = max(1, _frames(settings.silence_ms))
@@ -101,24 +120,14 @@ class EndpointLogic:
         return self._state == "speech"
 
     def process(self, probability: float, frame: bytes, now: float) -> list[EndpointEvent]:
-        # While the speaker may be heard, what is left of its echo after cancelling must not
-        # start an utterance: a start then needs echo_threshold; and none starts while the
-        # canceller settles on a reply that just started (its first frames leak, and Silero
-        # stays high for a few frames after them). An utterance under way goes on.
-        start = (
-            self.settings.echo_threshold if self.hearing is not Hearing.CLEAR else self.threshold
-        )
-        if self.hearing is Hearing.SETTLING and self._state != "speech":
-            if self._state == "candidate":
-                self._frames.append(frame)
-                self._drop_candidate()
-            else:
-                self._prespeech.append(frame)
-            return []
+        # Until an utterance is under way, the turn policy says whether this frame is the
+        # user's voice (over a reply, what is left of its echo must not start one) and when
+        # there is enough of it to start; an utterance under way goes on at the threshold.
         if self._state == "idle":
-            if probability >= start:
+            decision = self._decide(probability)
+            if decision is not Decision.IGNORE:
                 self._begin_candidate(frame, now)
-                return self._maybe_start(now)
+                return self._maybe_start(decision, now)
             self._prespeech.append(frame)
             return []
 
@@ -131,9 +140,10 @@ class EndpointLogic:
             self._last_voiced_index = len(self._frames) - 1
             self._last_voiced = now
             if self._state == "candidate":
-                if probability >= start:
+                decision = self._decide(probability)
+                if decision is not Decision.IGNORE:
                     self._voiced += 1
-                return self._maybe_start(now)
+                return self._maybe_start(decision, now)
             events = self._check_length(now)
             if self._speculating and not events:
                 self._speculating = False
@@ -179,14 +189,24 @@ class EndpointLogic:
         self._speech_start = now
         self._last_voiced = now
 
-    def _maybe_start(self, now: float) -> list[EndpointEvent]:
-        clear = self.hearing is Hearing.CLEAR
-        if self._voiced < (self.min_speech_frames if clear else self.echo_min_speech_frames):
+    def _decide(self, probability: float) -> Decision:
+        """The turn policy on this frame, with the candidate's voiced frames before it."""
+        evidence = self.evidence
+        if evidence is None:
+            evidence = Evidence(probability, playing=self.hearing is not Hearing.CLEAR)
+        elif evidence.probability != probability:
+            evidence = replace(evidence, probability=probability)
+        voiced = self._voiced if self._state == "candidate" else 0
+        return decide(evidence, voiced, self.policy)
+
+    def _maybe_start(self, decision: Decision, now: float) -> list[EndpointEvent]:
+        if decision not in (Decision.START, Decision.INTERRUPT):
             return []
         self._state = "speech"
         self._speculating = False
         audio = self._lead + b"".join(self._frames)
-        return [self._event(EndpointKind.SPEECH_STARTED, now, audio)]
+        event = self._event(EndpointKind.SPEECH_STARTED, now, audio)
+        return [replace(event, interrupt=decision is Decision.INTERRUPT)]
 
     def _drop_candidate(self) -> None:
         """A blip shorter than min_speech: back to idle, its audio becomes pre-speech."""
@@ -248,6 +268,13 @@ class Endpointer:
         self.logic = EndpointLogic(settings)
         # Tells what the microphone may be hearing besides the user (see echo.py).
         self.hearing: Callable[[], Hearing] | None = None
+        # The echo canceller's evidence on the chunk just read (turn_policy), given the
+        # VAD's probability; set by echo.cancel_echo.
+        self.evidence: Callable[[float], Evidence] | None = None
+        # The audio core scores every chunk on its own thread: the probability of the chunk
+        # being fed, or None (then the VAD runs here). `on_reset` resets the VAD over there.
+        self.frame_probability: Callable[[bytes], float | None] | None = None
+        self.on_reset: Callable[[], None] | None = None
         self._vad = vad
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="pivoice vad")
 
@@ -278,14 +305,19 @@ class Endpointer:
         """Process one chunk captured at `now` (default: the time of the call)."""
         if now is None:
             now = time.monotonic()
-        loop = asyncio.get_running_loop()
-        prob = await loop.run_in_executor(self._executor, self.probability, chunk)
+        prob = self.frame_probability(chunk) if self.frame_probability is not None else None
+        if prob is None:
+            loop = asyncio.get_running_loop()
+            prob = await loop.run_in_executor(self._executor, self.probability, chunk)
+        return self._process(prob, chunk, now)
+
+    def _process(self, prob: float, chunk: bytes, now: float) -> list[EndpointEvent]:
         self.logic.hearing = self.hearing() if self.hearing is not None else Hearing.CLEAR
+        self.logic.evidence = self.evidence(prob) if self.evidence is not None else None
         return self.logic.process(prob, chunk, now)
 
     def feed_sync(self, chunk: bytes, now: float) -> list[EndpointEvent]:
-        prob = self.probability(chunk)
-        return self.logic.process(prob, chunk, now)
+        return self._process(self.probability(chunk), chunk, now)
 
     def flush(self, now: float | None = None) -> list[EndpointEvent]:
         return self.logic.flush(time.monotonic() if now is None else now)
@@ -293,9 +325,17 @@ class Endpointer:
     def reset(self) -> None:
         """Forget the current utterance and the VAD's state (e.g. after a pause)."""
         self.logic.reset()
+        if self.on_reset is not None:
+            self.on_reset()
+            return
         vad = self._vad
         if vad is not None:
             self._executor.submit(vad.reset)
+
+    def reset_vad(self) -> None:
+        """Blocking: forget the VAD's recurrent state (on the thread that runs it)."""
+        if self._vad is not None:
+            self._vad.reset()
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)

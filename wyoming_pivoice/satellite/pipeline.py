@@ -27,12 +27,14 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from .. import startup
 from ..text import PhraseSplitter
 from ..timing import TimingLog, TurnClock
 from .audio_in import open_source
 from .audio_out import open_sink
+from .core import CoreSource
 from .echo import EchoCanceller, cancel_echo, open_canceller
 from .endpoint import Endpointer, EndpointEvent, EndpointKind
 from .listener import Heard, Listener, WakeWindow
@@ -207,6 +209,7 @@ class Turns:
             clock = run.clock
             clock.mark("last_voiced", event.last_voiced)
             clock.mark("endpoint", event.time)
+            clock.mark("endpoint_heard")
             clock.speculation_cancelled = self._cancelled
             _LOGGER.debug(
                 "Turn %d: endpoint after %.2f s of audio%s",
@@ -247,6 +250,9 @@ class Player:
         self._current, self._interrupted = run, False
         clock = run.clock
         played = False
+        take_cut = getattr(self.sink, "take_cut", None)
+        if take_cut is not None:
+            take_cut()  # a cut before this reply is not its own
         try:
             while (piece := await run.audio.get()) is not None and not self._interrupted:
                 if not played:
@@ -254,8 +260,11 @@ class Player:
                     if self.canceller is not None:
                         self.canceller.take_stats()  # what was heard before this reply
                 await self.sink.play(piece.pcm, piece.fmt)
+                if self._cut_by_core(run, take_cut):
+                    break
             if played and not self._interrupted:
                 await self.sink.drain()
+                self._cut_by_core(run, take_cut)
             await asyncio.wait({run.task})
         finally:
             self.playing = False
@@ -268,6 +277,18 @@ class Player:
                 clock.echo = self.canceller.take_stats().as_dict()
         if self._interrupted:
             clock.interrupted = True
+
+    def _cut_by_core(self, run: TurnRun, take_cut: Callable[[], float | None] | None) -> bool:
+        """The audio core stopped the speaker on a barge-in before the loop heard of it: the
+        turn is interrupted as if `interrupt` had been called then."""
+        at = take_cut() if take_cut is not None else None
+        if at is None:
+            return False
+        _LOGGER.info("Barge-in: the reply of turn %d was stopped", run.clock.turn)
+        run.clock.mark("barge_in", at)
+        self._interrupted = True
+        run.task.cancel()
+        return True
 
     async def interrupt(self) -> None:
         """Barge-in: stop the reply now and abandon the rest of its turn."""
@@ -310,6 +331,10 @@ class Satellite:
         self.source: AudioSource = cancel_echo(
             source or open_source(settings.mic), self.sink, self.endpointer, self.canceller
         )
+        cut = getattr(self.sink, "cut", None)
+        if isinstance(self.source, CoreSource) and settings.barge_in and not settings.wake_word:
+            # The audio core stops the speaker itself on a barge-in, not waiting for the loop.
+            self.source.on_interrupt = partial(cut, hold=True) if cut is not None else None
         self.link = ServerLink(settings.server, retry_seconds=settings.server_retry_s)
         self.wake: WakeDetector | None = None
         if settings.wake_word:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .audio_out import Tap
     from .endpoint import EndpointEvent, Hearing
     from .stages import AudioPiece
+    from .turn_policy import Evidence
 
 
 class AudioSource(Protocol):
@@ -62,6 +63,9 @@ class EndpointDetector(Protocol):
 
     # What the microphone may hear besides the user (set by the echo canceller).
     hearing: Callable[[], Hearing] | None
+    # The canceller's evidence on the chunk just read, given its VAD probability: what
+    # turn_policy.decide weighs (set by the echo canceller).
+    evidence: Callable[[float], Evidence] | None
 
     @property
     def in_speech(self) -> bool:
@@ -71,7 +75,8 @@ class EndpointDetector(Protocol):
     async def load(self) -> None: ...
 
     async def feed(self, chunk: bytes, now: float | None = None) -> list[EndpointEvent]:
-        """One chunk captured at monotonic time `now` → the events it causes."""
+        """One chunk captured at monotonic time `now` → the events it causes. A
+        SPEECH_STARTED with `interrupt` is a barge-in (turn_policy: the one rule)."""
         ...
 
     def flush(self, now: float | None = None) -> list[EndpointEvent]:

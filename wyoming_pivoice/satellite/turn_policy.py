@@ -1,0 +1,103 @@
+"""The one turn-taking rule of both modes: does what the microphone hears now start a turn,
+interrupt a reply, or neither?
+
+`decide(evidence, voiced_frames, policy)` is a pure function, called once per 32 ms frame
+by the endpointer (endpoint.EndpointLogic) while no utterance is under way. Its decision
+reaches the modes only through the endpointer's events: a `SPEECH_STARTED` whose
+`interrupt` is True is a barge-in (stop the reply, the utterance is the next request).
+The standalone pipeline and the Home Assistant satellite both consume those events.
+
+The evidence comes from the echo canceller (echo.py), frame by frame:
+- `playing`: a reply, or its echo's tail, may be in this frame;
+- `coupling_db`: how loud the speaker comes back into the microphone (echo level minus
+  reference level, estimated while replies play). Below `no_coupling_db` (a headset, a
+  speaker in another room) there is no echo to guard against: the user's voice starts a
+  turn over a reply exactly as it does in silence;
+- `residual_db` / `expected_residual_db`: the cleaned frame's level and what the echo alone
+  would leave of the reference playing now (coupling minus what the canceller achieves).
+  A voice over the reply stands above that; what AEC3 leaks does not, or not for long.
+Without an estimate yet (the first half second of the first reply), a start over a reply
+needs the VAD's `echo_threshold` for `echo_min_speech_frames`, the rule before this one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+# Below this the microphone does not hear the speaker (−35 dB: a headset's leak; the rooms
+# of the bench couple at −3 to −20 dB).
+NO_COUPLING_DB = -35.0
+# A voice over a reply must stand this far above the residual the echo alone would leave.
+RESIDUAL_MARGIN_DB = 6.0
+# …and this far above it, the voice is plain: it starts as fast as in silence.
+STRONG_MARGIN_DB = 12.0
+
+
+class Decision(str, Enum):
+    IGNORE = "ignore"  # this frame is not the user's voice
+    WAIT = "wait"  # it is, but there is too little of it yet to start
+    START = "start"  # the user started speaking; nothing plays
+    INTERRUPT = "interrupt"  # the user started speaking over a reply: stop it
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One frame as the VAD and the echo canceller see it (levels in dBFS)."""
+
+    probability: float  # VAD speech probability of the cleaned frame
+    playing: bool = False  # a reply, or its echo's tail, may be heard in this frame
+    coupling_db: float | None = None  # echo level − reference level; None: not known yet
+    residual_db: float | None = None  # the cleaned frame's level
+    expected_residual_db: float | None = None  # what the echo alone would leave now
+
+    @property
+    def echo_heard(self) -> bool:
+        """Whether the microphone may hear a reply in this frame."""
+        if not self.playing:
+            return False
+        return self.coupling_db is None or self.coupling_db > NO_COUPLING_DB
+
+    @property
+    def excess_db(self) -> float | None:
+        """How far the cleaned frame stands above what the echo alone would leave."""
+        if self.residual_db is None or self.expected_residual_db is None:
+            return None
+        return self.residual_db - self.expected_residual_db
+
+
+@dataclass(frozen=True)
+class TurnPolicy:
+    """The thresholds (from VadSettings: policy_from)."""
+
+    threshold: float = 0.5
+    echo_threshold: float = 0.85
+    min_speech_frames: int = 5  # 150 ms
+    echo_min_speech_frames: int = 8  # 250 ms
+    no_coupling_db: float = NO_COUPLING_DB
+    residual_margin_db: float = RESIDUAL_MARGIN_DB
+    strong_margin_db: float = STRONG_MARGIN_DB
+
+
+def decide(evidence: Evidence, voiced_frames: int, policy: TurnPolicy) -> Decision:
+    """Whether this frame is the user's voice and, with the `voiced_frames` of the same
+    candidate that were before it, whether the user has started speaking."""
+    prob = evidence.probability
+    echo = evidence.playing and (
+        evidence.coupling_db is None or evidence.coupling_db > policy.no_coupling_db
+    )
+    if not echo:
+        counts, need = prob >= policy.threshold, policy.min_speech_frames
+    else:
+        excess = evidence.excess_db
+        if excess is None:  # no estimate yet: the VAD alone, held to more
+            counts, need = prob >= policy.echo_threshold, policy.echo_min_speech_frames
+        else:
+            counts = prob >= policy.threshold and excess >= policy.residual_margin_db
+            strong = excess >= policy.strong_margin_db
+            need = policy.min_speech_frames if strong else policy.echo_min_speech_frames
+    if not counts:
+        return Decision.IGNORE
+    if voiced_frames + 1 < need:
+        return Decision.WAIT
+    return Decision.INTERRUPT if evidence.playing else Decision.START
