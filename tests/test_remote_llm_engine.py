@@ -35,6 +35,13 @@ from .llama_server import LlamaServer
 LONG = "Write a long story about a dragon who lives in a castle."
 
 
+def remote_slot(services: Services) -> RemoteLlmSlot:
+    """The remote slot inside the one ChatEngine (engines.chat.SlotChat) the services hold."""
+    slot = getattr(services.llm, "slot", None)
+    assert isinstance(slot, RemoteLlmSlot)
+    return slot
+
+
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     server = LlamaServer(tmp_path_factory.mktemp("engine") / "llama_server.log", interrupt=True)
@@ -65,8 +72,7 @@ async def test_the_start_up_probe_never_cuts_a_turn(engine: LlamaServer) -> None
     """A turn sent the moment the server starts (the issue: 16 of 40 starts lost it)."""
     for _start in range(3):
         services = services_for(engine)
-        slot = services.llm
-        assert isinstance(slot, RemoteLlmSlot)
+        slot = remote_slot(services)
         async with in_process_server(services) as port:
             slot.start_loading()
             assert await turn(port, LONG)
@@ -77,8 +83,7 @@ async def test_the_start_up_probe_never_cuts_a_turn(engine: LlamaServer) -> None
 
 async def test_two_clients_at_once_through_one_engine(engine: LlamaServer) -> None:
     services = services_for(engine)
-    slot = services.llm
-    assert isinstance(slot, RemoteLlmSlot)
+    slot = remote_slot(services)
     async with in_process_server(services) as port:
         slot.start_loading()
         replies = await asyncio.gather(
@@ -137,24 +142,23 @@ async def _figures(engine: LlamaServer, starts: int, rounds: int) -> None:
         for _ in range(starts):
             services = services_for(engine)
             remote = services.settings.remote_llm
-            assert remote is not None and isinstance(services.llm, RemoteLlmSlot)
-            services.llm.remote.settings = replace(remote, concurrency=concurrency)
+            assert remote is not None
+            remote_slot(services).remote.settings = replace(remote, concurrency=concurrency)
             async with in_process_server(services) as port:
-                services.llm.start_loading()
+                remote_slot(services).start_loading()
                 results.append(await _outcome(port, LONG))
-                assert services.llm._probe is not None
+                assert remote_slot(services)._probe is not None
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(services.llm._probe, 240)
+                    await asyncio.wait_for(remote_slot(services)._probe, 240)
         pairs = []
         services = services_for(engine)
-        assert isinstance(services.llm, RemoteLlmSlot)
-        services.llm.remote.settings = replace(
-            services.llm.remote.settings, concurrency=concurrency
+        remote_slot(services).remote.settings = replace(
+            remote_slot(services).remote.settings, concurrency=concurrency
         )
         async with in_process_server(services) as port:
-            services.llm.start_loading()
-            assert services.llm._probe is not None
-            await asyncio.wait_for(services.llm._probe, 240)
+            remote_slot(services).start_loading()
+            assert remote_slot(services)._probe is not None
+            await asyncio.wait_for(remote_slot(services)._probe, 240)
             for _ in range(rounds):
                 pairs += await asyncio.gather(_outcome(port, LONG), _outcome(port, "Hi there!"))
         print(
