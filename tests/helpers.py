@@ -695,10 +695,13 @@ class FakeHomeAssistant:
         event, _ = await self.read_until("info")
         return Info.from_event(event)
 
-    async def receive_stream(self) -> Stream:
-        """Everything of one run up to the satellite's audio-stop."""
-        event, others = await self.read_until("run-pipeline")
-        run = RunPipeline.from_event(event)
+    async def receive_stream(self, run: Event | None = None) -> Stream:
+        """Everything of one run up to the satellite's audio-stop (from its `run-pipeline`,
+        or after it if that was read already)."""
+        others: list[Event] = []
+        if run is None:
+            run, others = await self.read_until("run-pipeline")
+        pipeline = RunPipeline.from_event(run)
         event, more = await self.read_until("audio-start")
         others += more
         start = AudioStart.from_event(event)
@@ -711,7 +714,7 @@ class FakeHomeAssistant:
                 assert (chunk.rate, chunk.width, chunk.channels) == (16000, 2, 1)
                 pcm += chunk.audio
             elif AudioStop.is_type(event.type):
-                return Stream(run, start, bytes(pcm), others)
+                return Stream(pipeline, start, bytes(pcm), others)
             else:
                 others.append(event)
 
