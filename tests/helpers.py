@@ -646,13 +646,30 @@ class Stream:
         return len(self.pcm) / (self.start.rate * self.start.width * self.start.channels)
 
 
+HA_PING_TIMEOUT = 5.0  # assist_satellite.py's _PING_TIMEOUT: no event for this long drops it
+HA_PING_SEND_DELAY = 2.0  # _PING_SEND_DELAY: its next ping goes this long after a pong
+
+
 class FakeHomeAssistant:
     """What homeassistant/components/wyoming/assist_satellite.py does on a satellite's
-    connection: run-satellite, pings, the pipeline events HA forwards, the reply's audio."""
+    connection: run-satellite, pings, the pipeline events HA forwards, the reply's audio.
 
-    def __init__(self, port: int) -> None:
+    The satellite's own pings are answered with a pong, as HA's loop does, and not handed
+    to the test. With `ping_timeout` (HA's 5 s) the stand-in also keeps HA's deadline: while
+    the test reads, no event from the satellite for that long drops the connection, as HA's
+    `asyncio.timeout(_PING_TIMEOUT)` around each wait does; and `keep_pinging` then sends
+    each ping 2 s after the last pong, as HA does, instead of every 2 s."""
+
+    def __init__(self, port: int, ping_timeout: float | None = None) -> None:
         self.client = AsyncTcpClient("127.0.0.1", port)
         self._pinger: asyncio.Task[None] | None = None
+        self.ping_timeout = ping_timeout
+        self.last_event_at: float | None = None
+        self.max_gap = 0.0  # longest wait for an event from the satellite while reading
+        self.satellite_pings = 0
+        self.pong_waits: list[float] = []  # seconds from each of our pings to its pong
+        self.ping_sent: float | None = None
+        self._pong = asyncio.Event()
 
     async def __aenter__(self) -> FakeHomeAssistant:
         await self.client.connect()
@@ -664,13 +681,17 @@ class FakeHomeAssistant:
         await self.client.disconnect()
 
     def keep_pinging(self) -> None:
-        """HA's keepalive: a ping every 2 s (it sends the next one 2 s after each pong)."""
+        """HA's keepalive: a ping every 2 s (with `ping_timeout`: 2 s after each pong)."""
 
         async def pinger() -> None:
-            with contextlib.suppress(ConnectionError, AssertionError):
+            with contextlib.suppress(ConnectionError, AssertionError, RuntimeError):
                 while True:
-                    await asyncio.sleep(2.0)  # HA's pace, not synchronisation
+                    await asyncio.sleep(HA_PING_SEND_DELAY)  # HA's pace, not synchronisation
+                    self._pong.clear()
+                    self.ping_sent = time.monotonic()
                     await self.send(Ping().event())
+                    if self.ping_timeout is not None:
+                        await self._pong.wait()
 
         self._pinger = asyncio.create_task(pinger())
 
@@ -679,7 +700,33 @@ class FakeHomeAssistant:
             await self.client.write_event(event)
 
     async def read(self, timeout: float = HA_TIMEOUT) -> Event | None:
-        return await asyncio.wait_for(self.client.read_event(), timeout)
+        while True:
+            event = await self._read_one(timeout)
+            if event is None or event.type != "ping":
+                return event
+            self.satellite_pings += 1  # HA answers it and reads on
+            await self.send(Event("pong", event.data))
+
+    async def _read_one(self, timeout: float) -> Event | None:
+        waited = time.monotonic()
+        if self.ping_timeout is not None:
+            try:
+                event = await asyncio.wait_for(self.client.read_event(), self.ping_timeout)
+            except asyncio.TimeoutError:
+                await self.client.disconnect()
+                raise AssertionError(
+                    f"Home Assistant drops the satellite: no event for {self.ping_timeout} s"
+                ) from None
+        else:
+            event = await asyncio.wait_for(self.client.read_event(), timeout)
+        now = time.monotonic()
+        self.max_gap = max(self.max_gap, now - max(waited, self.last_event_at or waited))
+        self.last_event_at = now
+        if event is not None and event.type == "pong" and self.ping_sent is not None:
+            self.pong_waits.append(now - self.ping_sent)
+            self.ping_sent = None
+            self._pong.set()
+        return event
 
     async def read_until(self, kind: str, timeout: float = HA_TIMEOUT) -> tuple[Event, list[Event]]:
         before: list[Event] = []

@@ -205,7 +205,7 @@ class Timeouts:
     sound: float = 15.0  # a local sound (awake/done/timer) is short
     no_speech: float = 8.0  # after a wake word (or a remote trigger) with no command spoken
     hold: float = 10.0  # a barge-in waits this long at most for HA's previous run to end
-    keepalive: float = 1.0  # our own ping this often, except while mic audio streams
+    keepalive: float = 0.5  # our own ping this often, except while mic audio streams
     ring_max: float = 300.0  # a finished timer rings until stopped, this long at most
 
 
