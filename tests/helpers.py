@@ -31,7 +31,7 @@ from wyoming.info import Describe, Info
 from wyoming.ping import Ping
 from wyoming.pipeline import RunPipeline
 from wyoming.server import AsyncTcpServer
-from wyoming.tts import Synthesize
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 from wyoming.vad import VoiceStarted, VoiceStopped
 
 from wyoming_pivoice.bench.servers import stop
@@ -678,7 +678,8 @@ class FakeHomeAssistant:
     async def __aexit__(self, *exc: object) -> None:
         if self._pinger is not None:
             self._pinger.cancel()
-        await self.client.disconnect()
+        with contextlib.suppress(ConnectionError):
+            await self.client.disconnect()
 
     def keep_pinging(self) -> None:
         """HA's keepalive: a ping every 2 s (with `ping_timeout`: 2 s after each pong)."""
@@ -705,7 +706,8 @@ class FakeHomeAssistant:
             if event is None or event.type != "ping":
                 return event
             self.satellite_pings += 1  # HA answers it and reads on
-            await self.send(Event("pong", event.data))
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self.send(Event("pong", event.data))
 
     async def _read_one(self, timeout: float) -> Event | None:
         waited = time.monotonic()
@@ -806,3 +808,65 @@ async def tts(server_port: int, text: str) -> tuple[bytes, int]:
     assert (start.rate, start.width, start.channels) == (22050, 2, 1)
     pcm = b"".join(e.payload or b"" for e in replies if AudioChunk.is_type(e.type))
     return pcm, start.rate
+
+
+FFMPEG_HOLD_S = 4.6  # HA pipes a satellite's TTS through ffmpeg: nothing until this much or the end
+
+
+async def ha_turn(
+    ha: FakeHomeAssistant,
+    server_port: int,
+    stream: Stream,
+    satellite_id: str | None,
+    conversation_id: str = "ha-conversation",
+) -> str:
+    """What HA's pipeline does after a satellite's stream when our server is its STT, agent and
+    TTS (HA 2026.10): STT; `transcript` to the satellite; the turn to our server with
+    `context{conversation_id, satellite_id, device_id}`, read until `handled`; `synthesize`
+    to the satellite; TTS by the streaming protocol (HA 2026 with a streaming TTS); the audio
+    held as ffmpeg holds it, then sent to the satellite unpaced. Returns the reply."""
+    text = await stt(server_port, stream.pcm)
+    await ha.pipeline_events(text)
+    context: dict[str, Any] = {"conversation_id": conversation_id, "device_id": "ha-device-1"}
+    if satellite_id is not None:
+        context["satellite_id"] = satellite_id
+    replies = await exchange(
+        server_port, [Event("transcript", {"text": text, "context": context})], until="handled"
+    )
+    reply = replies[-1].data["text"]
+    await ha.send(Synthesize(text=reply).event())
+    events = [
+        SynthesizeStart().event(),
+        SynthesizeChunk(text=reply).event(),
+        Synthesize(text=reply).event(),
+        SynthesizeStop().event(),
+    ]
+    async with AsyncTcpClient("127.0.0.1", server_port) as client:
+        for event in events:
+            await client.write_event(event)
+        pcm, rate, started = bytearray(), 22050, False
+        async with asyncio.timeout(120):
+            while (event := await client.read_event()) is not None:
+                if AudioStart.is_type(event.type) and not started:
+                    rate = AudioStart.from_event(event).rate
+                elif AudioChunk.is_type(event.type):
+                    pcm += event.payload or b""
+                    if not started and len(pcm) >= FFMPEG_HOLD_S * rate * 2:
+                        started = True
+                        await ha.send(AudioStart(rate=rate, width=2, channels=1).event())
+                    if started:
+                        await _send_held(ha, pcm, rate)
+                        pcm.clear()
+                elif event.type == "synthesize-stopped":
+                    break
+    if not started:
+        await ha.send(AudioStart(rate=rate, width=2, channels=1).event())
+    await _send_held(ha, pcm, rate)
+    await ha.send(AudioStop().event())
+    return reply
+
+
+async def _send_held(ha: FakeHomeAssistant, pcm: bytes | bytearray, rate: int) -> None:
+    for offset in range(0, len(pcm), HA_CHUNK_BYTES):
+        chunk = bytes(pcm[offset : offset + HA_CHUNK_BYTES])
+        await ha.send(AudioChunk(rate=rate, width=2, channels=1, audio=chunk).event())

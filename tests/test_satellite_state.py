@@ -23,6 +23,7 @@ from wyoming_pivoice.satellite.state import (
     SendRunPipeline,
     StartPlayback,
     StartStream,
+    StopFollow,
     StopPlayback,
     StopStream,
     Timeouts,
@@ -359,7 +360,8 @@ EVENTS = st.sampled_from(
         "connect", "disconnect", "run", "pause", "trigger", "wake", "endpoint", "transcript",
         "error", "progress", "audio_start", "audio_chunk", "audio_stop", "done", "done_old",
         "sound", "remote_asr", "remote_tts", "ping", "speech", "barge", "barge_wake",
-        "timer", "stop_word", "synthesize",
+        "timer", "stop_word", "synthesize", "follow_join", "follow_audio", "follow_text",
+        "follow_done",
     ]
 )  # fmt: skip
 
@@ -412,7 +414,15 @@ def _apply(sat: SatelliteMachine, event: str, now: float) -> list:
     if event == "stop_word":
         return sat.transcript(now, "Stop.")
     if event == "synthesize":
-        return sat.progress(now, "synthesize")
+        return sat.progress(now, "synthesize", "hello")
+    if event == "follow_join":
+        return sat.follow_joined(now)
+    if event == "follow_audio":
+        return sat.follow_audio(now, b"\0" * 100, TTS)
+    if event == "follow_text":
+        return sat.follow_text(now, "hello")
+    if event == "follow_done":
+        return sat.follow_done(now)
     sat.heard(now, ping=True)
     return []
 
@@ -461,7 +471,7 @@ def test_any_event_sequence_returns_to_rest(events: list[str], remote_wake: bool
     for step in range(1, 3):  # a ringing timer is bounded too, and ends idle
         io.run(sat, sat.tick(now + step * T.ring_max + 600.0))
         io.run(sat, sat.tick(now + step * T.ring_max + 700.0))
-    assert not sat.ringing
+    assert not sat.ringing and not sat.following
     assert sat.playback is Playback.IDLE
     resting = {Phase.DISCONNECTED, Phase.PAUSED, Phase.LISTENING}
     if remote_wake:
@@ -718,3 +728,105 @@ def test_our_own_pings_keep_home_assistant_from_timing_out() -> None:
     assert sat.tick(7.7) == [SendPing()]  # waiting, and during the reply
     sat.pause_satellite(8.0)
     assert sat.tick(10.0) == []  # muted: HA reads nothing from us then
+
+
+# ---- follow (--server): our server's streamed reply, HA's copy dropped ---------------------
+
+PIPER = AudioFormat(22050, 2, 1)
+
+
+def waiting() -> SatelliteMachine:
+    sat = running()
+    sat.trigger(1.0)
+    sat.endpoint(2.0)
+    sat.transcript(2.1, "tell me a story")
+    return sat
+
+
+def test_a_followed_reply_plays_as_it_comes_and_home_assistants_copy_is_dropped() -> None:
+    sat = waiting()
+    assert sat.follow_joined(2.2) == [] and sat.following
+    assert sat.follow_audio(2.5, b"a" * 100, PIPER) == [
+        StartPlayback(1, PIPER),
+        PlayAudio(1, b"a" * 100, PIPER),
+    ]
+    assert sat.phase is Phase.RESPONDING and sat.accepts_barge_in
+    assert sat.follow_audio(2.6, b"b" * 100, PIPER) == [PlayAudio(1, b"b" * 100, PIPER)]
+    assert sat.follow_text(3.0, "Once upon a time.") == []
+    assert sat.progress(3.1, "synthesize", "Once upon a time.") == []  # HA: the same words
+    # HA's audio of it arrives while ours still plays: dropped, ours goes on.
+    assert sat.audio_start(3.5, TTS) == []
+    assert sat.audio_chunk(3.6, b"\0" * 2048, TTS) == []
+    assert sat.follow_done(3.7) == [FinishPlayback(1)]
+    assert sat.audio_stop(3.8) == []
+    assert sat.playback_done(4.0, 1) == [SendPlayed(), ResetDetector()]
+    assert sat.phase is Phase.LISTENING and not sat.following
+    assert sat.audio_start(5.0, TTS) == [StartPlayback(2, TTS)]  # an announcement plays
+
+
+def test_home_assistants_copy_after_ours_ended_is_still_dropped() -> None:
+    sat = waiting()
+    sat.follow_joined(2.2)
+    sat.follow_audio(2.5, b"a" * 100, PIPER)
+    sat.follow_text(2.6, "Hi.")
+    sat.follow_done(2.7)
+    sat.playback_done(2.8, 1)
+    sat.progress(3.0, "synthesize", "Hi.")
+    assert sat.audio_start(3.5, TTS) == [] and sat.audio_chunk(3.6, b"\0" * 8, TTS) == []
+    assert sat.audio_stop(3.7) == []
+    assert sat.audio_start(4.0, TTS) == [StartPlayback(2, TTS)]  # the next one is HA's own
+
+
+def test_home_assistant_speaking_other_words_wins_over_the_followed_reply() -> None:
+    sat = waiting()
+    sat.follow_joined(2.2)
+    sat.follow_audio(2.5, b"a" * 100, PIPER)
+    sat.follow_text(2.6, "Once upon a time.")
+    sat.progress(2.7, "synthesize", "Turned on the kitchen lights.")
+    assert sat.audio_start(3.0, TTS) == [
+        StopFollow(),
+        StopPlayback(1),
+        StartPlayback(2, TTS),
+    ]
+    assert sat.audio_chunk(3.1, b"x" * 10, TTS) == [PlayAudio(2, b"x" * 10, TTS)]
+
+
+def test_followed_audio_that_never_came_leaves_home_assistants_to_play() -> None:
+    sat = waiting()
+    sat.follow_joined(2.2)
+    assert sat.audio_start(3.0, TTS) == [StopFollow(), StartPlayback(1, TTS)]  # HA first
+    assert sat.follow_audio(3.1, b"a" * 10, PIPER) == []
+    sat = waiting()
+    sat.follow_joined(2.2)
+    assert sat.follow_done(2.5) == []  # TTS failed: nothing of ours
+    assert sat.audio_start(3.0, TTS) == [StartPlayback(1, TTS)]
+
+
+def test_barge_in_over_a_followed_reply_stops_it_and_drops_home_assistants_copy() -> None:
+    sat = waiting()
+    sat.follow_joined(2.2)
+    sat.follow_audio(2.5, b"a" * 100, PIPER)
+    sat.follow_text(2.6, "Once upon a time.")
+    sat.progress(2.7, "synthesize", "Once upon a time.")
+    assert sat.barge_in(3.0) == [
+        StopPlayback(1),
+        StopFollow(),
+        SendPlayed(),
+        SendRunPipeline("asr", "tts"),
+        StartStream(with_prespeech=True),
+    ]
+    assert sat.audio_start(3.2, TTS) == [] and sat.streaming  # HA's copy: not the new run's
+    assert sat.audio_stop(3.3) == []
+    sat.endpoint(4.0)
+    assert sat.audio_start(5.0, TTS) == [StartPlayback(2, TTS)]
+
+
+def test_no_follow_outside_a_run_or_after_a_stop_word() -> None:
+    sat = running()
+    assert sat.follow_joined(1.0) == [] and not sat.following  # no run
+    sat = waiting()
+    sat.transcript(2.15, "stop")
+    sat = running()
+    sat.trigger(1.0)
+    sat.transcript(1.5, "Stop.")
+    assert sat.follow_joined(1.6) == [] and not sat.following

@@ -20,7 +20,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     mode = parser.add_argument_group("mode (one of)")
     mode.add_argument(
-        "--server", default=None, help="standalone: the pivoice server, tcp://HOST:10800"
+        "--server",
+        default=None,
+        help="standalone: the pivoice server, tcp://HOST:10800; with --uri: our server is "
+        "HA's conversation agent, and its reply to this satellite's turn plays as it is "
+        "written (HA's copy of it is dropped)",
     )
     mode.add_argument(
         "--uri",
@@ -190,6 +194,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="ring REPEAT times (0: until stopped by speech, the wake word or 'stop'; "
         "5 minutes at most), DELAY seconds apart",
     )
+    ha.add_argument(
+        "--ha-entity-id",
+        default=None,
+        help="with --server: this satellite's entity id in HA, which HA 2026.10+ sends with "
+        "each turn (default: assist_satellite.<name>, as HA names it)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -249,6 +259,7 @@ def settings_from_args(args: argparse.Namespace) -> SatelliteSettings:
         timer_finished_wav=args.timer_finished_wav,
         timer_repeat=max(0, int(args.timer_finished_wav_repeat[0])),
         timer_delay=max(0.0, float(args.timer_finished_wav_repeat[1])),
+        ha_entity_id=args.ha_entity_id,
     )
 
 

@@ -50,6 +50,7 @@ from . import state
 from .audio_in import CHANNELS, CHUNK_BYTES, RATE, WIDTH
 from .endpoint import Endpointer, EndpointKind
 from .ha_connection import Connections, HaConnection
+from .ha_follow import Follow, ha_entity_id
 from .ha_info import satellite_info
 from .listener import Heard, Listener
 from .protocols import AudioSink, AudioSource, EndpointDetector, WakeDetector
@@ -225,6 +226,20 @@ class HaSatellite:
         self._server: AsyncServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
+        self.follow: Follow | None = None
+        if settings.server:  # our server is HA's agent: speak its reply as it is written
+            self.follow = Follow(
+                settings.server,
+                settings.ha_entity_id or ha_entity_id(self.info.satellite.name),  # type: ignore[union-attr]
+                settings.min_clause_chars,
+                on_joined=self._follow_joined,
+                on_audio=lambda piece: self._apply(
+                    self.machine.follow_audio(time.monotonic(), piece.pcm, piece.fmt)
+                ),
+                on_text=lambda text: self._apply(self.machine.follow_text(time.monotonic(), text)),
+                on_done=lambda: self._apply(self.machine.follow_done(time.monotonic())),
+                clock=lambda: self._clock,
+            )
 
     # ---- running -----------------------------------------------------------------------------
 
@@ -244,6 +259,8 @@ class HaSatellite:
             asyncio.create_task(self._tick_loop(), name="satellite clock"),
             asyncio.create_task(self._speaker.run(), name="satellite speaker"),
         ]
+        if self.follow is not None:
+            self._tasks.append(asyncio.create_task(self.follow.run(), name="satellite follow"))
 
     async def wait(self) -> int:
         """Block until stopped, then shut everything down; returns the exit code."""
@@ -353,6 +370,8 @@ class HaSatellite:
                 self._clock.mark_once("transcript", now)
                 self._clock.transcript = str(text or "")
             self._apply(m.transcript(now, str(text) if text is not None else None))
+            if self.follow is not None and text and m.phase is state.Phase.WAITING:
+                self.follow.heard(str(text))
         elif Error.is_type(kind):
             _LOGGER.warning(
                 "Home Assistant pipeline error: %s (%s)", data.get("text"), data.get("code")
@@ -366,7 +385,7 @@ class HaSatellite:
                 self._start_turn()  # remote wake: HA heard its wake word
             if what == "synthesize" and self._clock is not None:
                 self._clock.reply = str(data.get("text") or "")
-            self._apply(m.progress(now, what))
+            self._apply(m.progress(now, what, str(data.get("text") or "")))
         elif TimerFinished.is_type(kind):
             _LOGGER.info("Timer finished: %s", data.get("id"))
             self._apply(m.timer_finished(now))
@@ -538,6 +557,9 @@ class HaSatellite:
         elif isinstance(action, state.PlaySound):
             if speaker is not None:
                 speaker.sound(action.generation, action.name)
+        elif isinstance(action, state.StopFollow):
+            if self.follow is not None:
+                self.follow.stop()
         elif isinstance(action, state.ResetDetector):
             self.endpointer.reset()
             if self.wake is not None:
@@ -548,6 +570,11 @@ class HaSatellite:
             self.connections.close_active(action.reason)
         elif isinstance(action, state.Exit):
             self.stop(action.code)
+
+    def _follow_joined(self) -> bool:
+        """Our server joined this run's turn: the machine says whether to speak it."""
+        self._apply(self.machine.follow_joined(time.monotonic()))
+        return self.machine.following
 
     def _playback_done(self, generation: int, reply: bool) -> None:
         """The speaker really played playback `generation` (or failed): tell the machine."""

@@ -99,3 +99,6 @@ class SatelliteSettings:
     timer_finished_wav: str | None = None  # None: the built-in ring; "": no timer sound
     timer_repeat: int = 0  # rings of a finished timer; 0: until stopped (5 min at most)
     timer_delay: float = 1.0  # seconds between two rings
+    # HA mode with --server (our server is HA's agent): the entity id HA sends as the turn's
+    # satellite_id; None: assist_satellite.<name slugified>, as HA names it.
+    ha_entity_id: str | None = None

@@ -51,6 +51,11 @@ STOP_PHRASES = frozenset(
 _POLITE = ("please", "okay", "ok", "hey", "oh")
 
 
+def words(text: str) -> str:
+    """A text's words, lower case, as two copies of one reply are compared."""
+    return " ".join("".join(c if c.isalnum() else " " for c in text.lower()).split())
+
+
 def is_stop(text: str | None) -> bool:
     """The transcript asks the satellite to stop talking (and nothing else)."""
     words = "".join(c if c.isalnum() or c in " '" else " " for c in (text or "").lower()).split()
@@ -160,6 +165,11 @@ class PlaySound:
 
 
 @dataclass(frozen=True)
+class StopFollow:
+    """Stop speaking the followed reply (cancel its synthesis)."""
+
+
+@dataclass(frozen=True)
 class ResetDetector:
     """Forget VAD/wake state (after our own playback, after a run ends)."""
 
@@ -186,6 +196,7 @@ Action = (
     | FinishPlayback
     | StopPlayback
     | PlaySound
+    | StopFollow
     | ResetDetector
     | CloseConnection
     | Exit
@@ -254,6 +265,14 @@ class SatelliteMachine:
         self._ha_run_open = False  # HA's pipeline for our run may still run (no synthesize yet)
         self._hold_wake: str | None = None  # the wake word a held barge-in started with
         self._held_endpoint = False  # the held utterance already ended
+        # Follow (--server): our server's streamed reply to this run plays as it is written;
+        # HA's audio of the same reply is then a duplicate, dropped.
+        self._follow: str | None = None  # None | joined | playing | done (played or cut)
+        self._follow_text: str | None = None  # the followed reply's words, once complete
+        self._follow_until: float | None = None  # HA's duplicate is expected until then
+        self._follow_gen: int | None = None  # the playback that is the followed reply
+        self._dup_taken = False  # HA's copy of the followed reply has started (and is dropped)
+        self._ha_synth_text: str | None = None  # the words of HA's last `synthesize`
         self._ring_until: float | None = None  # a finished timer rings until then
         self._ring_next: float | None = None  # the next ring, once the speaker is free
         self._rings_left: int | None = None
@@ -278,6 +297,11 @@ class SatelliteMachine:
     def holding(self) -> bool:
         """A barge-in waits to start its run: the I/O layer keeps the mic audio meanwhile."""
         return self.phase is Phase.HOLDING
+
+    @property
+    def following(self) -> bool:
+        """Our server's reply to this run is to be spoken (follow_joined was accepted)."""
+        return self._follow in ("joined", "playing")
 
     @property
     def ringing(self) -> bool:
@@ -332,6 +356,7 @@ class SatelliteMachine:
         self._pinged = False
         self._discard = self._mute_run = self._muted_reply = self._ha_run_open = False
         self._stop_ring()
+        actions += self._drop_follow()
         return actions + self._maybe_exit()
 
     def heard(self, now: float, ping: bool = False) -> None:
@@ -378,7 +403,7 @@ class SatelliteMachine:
             return []
         _LOGGER.info("Barge-in over %s", "the timer" if self.ringing else "the reply")
         hold = self.phase is Phase.RESPONDING and self._ha_run_open
-        actions = self._silence()
+        actions = self._silence(now)
         self._set_phase(Phase.LISTENING)
         if not hold:
             return actions + self._start_run(now, wake_word)
@@ -424,14 +449,18 @@ class SatelliteMachine:
             actions += self._end_stream(now, send_audio_stop=True)
         return actions
 
-    def _silence(self) -> list[Action]:
+    def _silence(self, now: float) -> list[Action]:
         """Stop what plays (a reply gets `played`: its playback is over) and the ringing."""
         actions: list[Action] = []
         if self.playback is not Playback.IDLE:
             actions.append(StopPlayback(self.generation))
             if self.kind is Kind.REPLY:
                 # The rest of it is still on its way from HA: dropped up to its audio-stop.
-                self._discard = self.playback is Playback.RECEIVING
+                self._discard = self.playback is Playback.RECEIVING and self._follow is None
+                if self._follow == "playing":  # ours stops; HA's copy is still to drop
+                    actions.append(StopFollow())
+                    self._follow = "done"
+                    self._follow_until = now + self.timeouts.response
                 if self.connected:
                     actions.append(SendPlayed())
             self._playback_idle()
@@ -497,13 +526,15 @@ class SatelliteMachine:
 
     # ---- HA's pipeline events -------------------------------------------------------------
 
-    def progress(self, now: float, what: str) -> list[Action]:
+    def progress(self, now: float, what: str, text: str | None = None) -> list[Action]:
         """transcribe / voice-started / voice-stopped / detect / detection / synthesize:
         HA's pipeline is alive, so its deadline moves."""
         if self.phase is Phase.STREAMING and what in ("detection", "transcribe", "voice-started"):
             self._ha_progress = True
         if self.phase is Phase.WAITING:
             self._deadline = now + self.timeouts.response
+        if what == "synthesize":
+            self._ha_synth_text = words(text or "")
         if what == "synthesize" and self.phase is not Phase.STREAMING:
             # TTS_START: HA's run ends right after it (its audio streams on by itself).
             self._ha_run_open = False
@@ -555,6 +586,14 @@ class SatelliteMachine:
         if self.phase is Phase.DISCONNECTED:
             return actions
         self._discard = False  # whatever was being dropped has ended
+        if self._follow is not None and not self._dup_taken:
+            if self._follow == "joined" or self._follow_mismatch():
+                # Ours has not started (or is another reply): HA's audio plays, ours stops.
+                actions += self._drop_follow()
+            else:
+                _LOGGER.info("Dropping Home Assistant's audio of the reply we followed")
+                self._discard = self._dup_taken = True
+                return actions
         if self.phase is Phase.HOLDING or (self._mute_run and self.phase is Phase.WAITING):
             # HA's audio of the run the user stopped (barge-in, stop word): not played.
             self._discard = True
@@ -612,6 +651,8 @@ class SatelliteMachine:
     def audio_stop(self, now: float) -> list[Action]:
         if self._discard:
             self._discard = False
+            if self._follow == "done" and self._dup_taken:
+                self._clear_follow()  # ours has played and HA's copy is over
             if self._muted_reply:  # nothing of it was played, and nothing of it will be
                 self._muted_reply = self._mute_run = False
                 return [SendPlayed()] if self.connected else []
@@ -627,6 +668,78 @@ class SatelliteMachine:
         if generation != self.generation or self.playback is not Playback.DRAINING:
             return []  # an interrupted playback reporting late
         return self._finish_playback(now)
+
+    # ---- our server's reply, followed (--server) ------------------------------------------
+
+    def follow_joined(self, now: float) -> list[Action]:
+        """Our server joined the turn HA sent it for this run: its reply will stream here."""
+        if self.phase is not Phase.WAITING or self._mute_run or self._follow is not None:
+            return []
+        self._follow, self._follow_text = "joined", None
+        self._follow_until = now + self.timeouts.response
+        return []
+
+    def follow_audio(self, now: float, audio: bytes, fmt: AudioFormat) -> list[Action]:
+        """A piece of the followed reply's audio (its phrases as our server speaks them)."""
+        actions: list[Action] = []
+        if self._follow == "joined" and self.phase in (Phase.WAITING, Phase.RESPONDING):
+            if self.playback is not Playback.IDLE:
+                actions.append(StopPlayback(self.generation))  # the done sound, say
+                self._playback_idle()
+            self._set_phase(Phase.RESPONDING)
+            self._follow = "playing"
+            self.generation += 1
+            self._follow_gen = self.generation
+            self.kind = Kind.REPLY
+            self.playback = Playback.RECEIVING
+            self._received_seconds = 0.0
+            actions.append(StartPlayback(self.generation, fmt))
+        elif self._follow != "playing" or self.playback is not Playback.RECEIVING:
+            return []
+        self._received_seconds += len(audio) / max(1, bytes_per_second(fmt))
+        self._playback_deadline = now + self.timeouts.audio_gap
+        actions.append(PlayAudio(self.generation, audio, fmt))
+        return actions
+
+    def follow_text(self, now: float, text: str) -> list[Action]:
+        """The followed reply is complete as text (`handled`): HA will speak these words."""
+        if self._follow is not None:
+            self._follow_text = words(text)
+            if self._follow_mismatch() and self.playback is Playback.RECEIVING:
+                return self._drop_follow()  # HA speaks something else: its audio plays
+        return []
+
+    def follow_done(self, now: float) -> list[Action]:
+        """All of the followed reply's audio was handed over."""
+        if self._follow == "playing" and self.playback is Playback.RECEIVING:
+            self._follow = "done"
+            self.playback = Playback.DRAINING
+            self._playback_deadline = now + self._received_seconds + self.timeouts.drain_extra
+            self._follow_until = now + self._received_seconds + self.timeouts.response
+            return [FinishPlayback(self.generation)]
+        if self._follow == "joined":  # nothing came (TTS failed): HA's audio will play
+            self._clear_follow()
+        return []
+
+    def _follow_mismatch(self) -> bool:
+        ours, theirs = self._follow_text, self._ha_synth_text
+        return ours is not None and theirs is not None and ours != theirs
+
+    def _drop_follow(self) -> list[Action]:
+        """Stop following: ours stops (if it plays), HA's audio is no duplicate any more."""
+        actions: list[Action] = []
+        if self._follow in ("joined", "playing"):
+            actions.append(StopFollow())  # its synthesis may still run
+        ours = self._follow_gen == self.generation and self.kind is Kind.REPLY
+        if ours and self.playback is not Playback.IDLE:
+            actions.append(StopPlayback(self.generation))
+            self._playback_idle()
+        self._clear_follow()
+        return actions
+
+    def _clear_follow(self) -> None:
+        self._follow = self._follow_text = self._follow_until = self._follow_gen = None
+        self._dup_taken = False
 
     def sound(self, now: float, name: str) -> list[Action]:
         """Play a local sound if nothing else is playing."""
@@ -719,6 +832,13 @@ class SatelliteMachine:
             self._retry_at = None
             if self.phase is Phase.LISTENING:
                 actions += self._listen(now)
+        if (
+            self._follow_until is not None
+            and now >= self._follow_until
+            and self._follow != "playing"
+        ):
+            # HA's copy never came (or ours never did): nothing more to drop or wait for.
+            actions += self._drop_follow()
         actions += self._maybe_ring(now)
         return actions + self._maybe_exit()
 
@@ -770,6 +890,8 @@ class SatelliteMachine:
 
     def _finish_playback(self, now: float) -> list[Action]:
         kind = self.kind
+        if self._follow == "done" and self._dup_taken and not self._discard:
+            self._clear_follow()  # HA's copy came and went while ours played
         if kind is Kind.SOUND and self._sound_name == "timer" and self.ringing:
             self._ring_next = now + self.ring_delay
         self._playback_idle()
