@@ -463,11 +463,11 @@ class HaSatellite:
                     if self._clock is not None:
                         self._clock.mark("speech_start", ev.speech_start)
                     self._apply(m.trigger(now))
-                elif m.streaming:
+                elif m.streaming or m.holding:
                     if self._clock is not None:
                         self._clock.mark_once("speech_start", ev.speech_start)
                     self._apply(m.speech_started(now))
-            elif ev.kind is EndpointKind.ENDPOINT and m.streaming:
+            elif ev.kind is EndpointKind.ENDPOINT and (m.streaming or m.holding):
                 if self._clock is not None:
                     self._clock.mark("last_voiced", ev.last_voiced)
                     self._clock.mark("endpoint", ev.time)

@@ -152,6 +152,8 @@ class Follow:
             self.stop()
             if self._on_joined():
                 self._start()
+            else:  # not for this run (a stop word, HA already speaking): HA's TTS may go
+                self._spoken()
         elif HandledChunk.is_type(event.type) and self._phrases is not None:
             assert self._splitter is not None
             for phrase in self._splitter.feed(str(event.data.get("text") or "")):
