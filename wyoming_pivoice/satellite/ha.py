@@ -417,7 +417,7 @@ class HaSatellite:
         if self.remote_wake:
             return False
         if m.holding or (m.streaming and m.stage == "asr"):
-            return True
+            return m.playback is state.Playback.IDLE  # not over our own awake sound
         if m.accepts_barge_in:
             return self.wake is None
         if m.playback is not state.Playback.IDLE:
