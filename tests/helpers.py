@@ -732,8 +732,11 @@ class FakeHomeAssistant:
 
     async def read_until(self, kind: str, timeout: float = HA_TIMEOUT) -> tuple[Event, list[Event]]:
         before: list[Event] = []
+        deadline = time.monotonic() + timeout  # in all: the satellite's pings never extend it
         while True:
-            event = await self.read(timeout)
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {kind} within {timeout:.0f} s: {[e.type for e in before]}"
+            event = await self.read(left)
             assert event is not None, f"connection closed while waiting for {kind}: {before}"
             if event.type == kind:
                 return event, before
