@@ -31,7 +31,7 @@ from wyoming.info import Describe, Info
 from wyoming.ping import Ping
 from wyoming.pipeline import RunPipeline
 from wyoming.server import AsyncTcpServer
-from wyoming.tts import Synthesize
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 from wyoming.vad import VoiceStarted, VoiceStopped
 
 from wyoming_pivoice.bench.servers import stop
@@ -647,13 +647,30 @@ class Stream:
         return len(self.pcm) / (self.start.rate * self.start.width * self.start.channels)
 
 
+HA_PING_TIMEOUT = 5.0  # assist_satellite.py's _PING_TIMEOUT: no event for this long drops it
+HA_PING_SEND_DELAY = 2.0  # _PING_SEND_DELAY: its next ping goes this long after a pong
+
+
 class FakeHomeAssistant:
     """What homeassistant/components/wyoming/assist_satellite.py does on a satellite's
-    connection: run-satellite, pings, the pipeline events HA forwards, the reply's audio."""
+    connection: run-satellite, pings, the pipeline events HA forwards, the reply's audio.
 
-    def __init__(self, port: int) -> None:
+    The satellite's own pings are answered with a pong, as HA's loop does, and not handed
+    to the test. With `ping_timeout` (HA's 5 s) the stand-in also keeps HA's deadline: while
+    the test reads, no event from the satellite for that long drops the connection, as HA's
+    `asyncio.timeout(_PING_TIMEOUT)` around each wait does; and `keep_pinging` then sends
+    each ping 2 s after the last pong, as HA does, instead of every 2 s."""
+
+    def __init__(self, port: int, ping_timeout: float | None = None) -> None:
         self.client = AsyncTcpClient("127.0.0.1", port)
         self._pinger: asyncio.Task[None] | None = None
+        self.ping_timeout = ping_timeout
+        self.last_event_at: float | None = None
+        self.max_gap = 0.0  # longest wait for an event from the satellite while reading
+        self.satellite_pings = 0
+        self.pong_waits: list[float] = []  # seconds from each of our pings to its pong
+        self.ping_sent: float | None = None
+        self._pong = asyncio.Event()
 
     async def __aenter__(self) -> FakeHomeAssistant:
         await self.client.connect()
@@ -662,16 +679,21 @@ class FakeHomeAssistant:
     async def __aexit__(self, *exc: object) -> None:
         if self._pinger is not None:
             self._pinger.cancel()
-        await self.client.disconnect()
+        with contextlib.suppress(ConnectionError):
+            await self.client.disconnect()
 
     def keep_pinging(self) -> None:
-        """HA's keepalive: a ping every 2 s (it sends the next one 2 s after each pong)."""
+        """HA's keepalive: a ping every 2 s (with `ping_timeout`: 2 s after each pong)."""
 
         async def pinger() -> None:
-            with contextlib.suppress(ConnectionError, AssertionError):
+            with contextlib.suppress(ConnectionError, AssertionError, RuntimeError):
                 while True:
-                    await asyncio.sleep(2.0)  # HA's pace, not synchronisation
+                    await asyncio.sleep(HA_PING_SEND_DELAY)  # HA's pace, not synchronisation
+                    self._pong.clear()
+                    self.ping_sent = time.monotonic()
                     await self.send(Ping().event())
+                    if self.ping_timeout is not None:
+                        await self._pong.wait()
 
         self._pinger = asyncio.create_task(pinger())
 
@@ -680,12 +702,42 @@ class FakeHomeAssistant:
             await self.client.write_event(event)
 
     async def read(self, timeout: float = HA_TIMEOUT) -> Event | None:
-        return await asyncio.wait_for(self.client.read_event(), timeout)
+        while True:
+            event = await self._read_one(timeout)
+            if event is None or event.type != "ping":
+                return event
+            self.satellite_pings += 1  # HA answers it and reads on
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self.send(Event("pong", event.data))
+
+    async def _read_one(self, timeout: float) -> Event | None:
+        waited = time.monotonic()
+        if self.ping_timeout is not None:
+            try:
+                event = await asyncio.wait_for(self.client.read_event(), self.ping_timeout)
+            except asyncio.TimeoutError:
+                await self.client.disconnect()
+                raise AssertionError(
+                    f"Home Assistant drops the satellite: no event for {self.ping_timeout} s"
+                ) from None
+        else:
+            event = await asyncio.wait_for(self.client.read_event(), timeout)
+        now = time.monotonic()
+        self.max_gap = max(self.max_gap, now - max(waited, self.last_event_at or waited))
+        self.last_event_at = now
+        if event is not None and event.type == "pong" and self.ping_sent is not None:
+            self.pong_waits.append(now - self.ping_sent)
+            self.ping_sent = None
+            self._pong.set()
+        return event
 
     async def read_until(self, kind: str, timeout: float = HA_TIMEOUT) -> tuple[Event, list[Event]]:
         before: list[Event] = []
+        deadline = time.monotonic() + timeout  # in all: the satellite's pings never extend it
         while True:
-            event = await self.read(timeout)
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {kind} within {timeout:.0f} s: {[e.type for e in before]}"
+            event = await self.read(left)
             assert event is not None, f"connection closed while waiting for {kind}: {before}"
             if event.type == kind:
                 return event, before
@@ -696,10 +748,13 @@ class FakeHomeAssistant:
         event, _ = await self.read_until("info")
         return Info.from_event(event)
 
-    async def receive_stream(self) -> Stream:
-        """Everything of one run up to the satellite's audio-stop."""
-        event, others = await self.read_until("run-pipeline")
-        run = RunPipeline.from_event(event)
+    async def receive_stream(self, run: Event | None = None) -> Stream:
+        """Everything of one run up to the satellite's audio-stop (from its `run-pipeline`,
+        or after it if that was read already)."""
+        others: list[Event] = []
+        if run is None:
+            run, others = await self.read_until("run-pipeline")
+        pipeline = RunPipeline.from_event(run)
         event, more = await self.read_until("audio-start")
         others += more
         start = AudioStart.from_event(event)
@@ -712,7 +767,7 @@ class FakeHomeAssistant:
                 assert (chunk.rate, chunk.width, chunk.channels) == (16000, 2, 1)
                 pcm += chunk.audio
             elif AudioStop.is_type(event.type):
-                return Stream(run, start, bytes(pcm), others)
+                return Stream(pipeline, start, bytes(pcm), others)
             else:
                 others.append(event)
 
@@ -757,3 +812,65 @@ async def tts(server_port: int, text: str) -> tuple[bytes, int]:
     assert (start.rate, start.width, start.channels) == (22050, 2, 1)
     pcm = b"".join(e.payload or b"" for e in replies if AudioChunk.is_type(e.type))
     return pcm, start.rate
+
+
+FFMPEG_HOLD_S = 4.6  # HA pipes a satellite's TTS through ffmpeg: nothing until this much or the end
+
+
+async def ha_turn(
+    ha: FakeHomeAssistant,
+    server_port: int,
+    stream: Stream,
+    satellite_id: str | None,
+    conversation_id: str = "ha-conversation",
+) -> str:
+    """What HA's pipeline does after a satellite's stream when our server is its STT, agent and
+    TTS (HA 2026.10): STT; `transcript` to the satellite; the turn to our server with
+    `context{conversation_id, satellite_id, device_id}`, read until `handled`; `synthesize`
+    to the satellite; TTS by the streaming protocol (HA 2026 with a streaming TTS); the audio
+    held as ffmpeg holds it, then sent to the satellite unpaced. Returns the reply."""
+    text = await stt(server_port, stream.pcm)
+    await ha.pipeline_events(text)
+    context: dict[str, Any] = {"conversation_id": conversation_id, "device_id": "ha-device-1"}
+    if satellite_id is not None:
+        context["satellite_id"] = satellite_id
+    replies = await exchange(
+        server_port, [Event("transcript", {"text": text, "context": context})], until="handled"
+    )
+    reply = replies[-1].data["text"]
+    await ha.send(Synthesize(text=reply).event())
+    events = [
+        SynthesizeStart().event(),
+        SynthesizeChunk(text=reply).event(),
+        Synthesize(text=reply).event(),
+        SynthesizeStop().event(),
+    ]
+    async with AsyncTcpClient("127.0.0.1", server_port) as client:
+        for event in events:
+            await client.write_event(event)
+        pcm, rate, started = bytearray(), 22050, False
+        async with asyncio.timeout(120):
+            while (event := await client.read_event()) is not None:
+                if AudioStart.is_type(event.type) and not started:
+                    rate = AudioStart.from_event(event).rate
+                elif AudioChunk.is_type(event.type):
+                    pcm += event.payload or b""
+                    if not started and len(pcm) >= FFMPEG_HOLD_S * rate * 2:
+                        started = True
+                        await ha.send(AudioStart(rate=rate, width=2, channels=1).event())
+                    if started:
+                        await _send_held(ha, pcm, rate)
+                        pcm.clear()
+                elif event.type == "synthesize-stopped":
+                    break
+    if not started:
+        await ha.send(AudioStart(rate=rate, width=2, channels=1).event())
+    await _send_held(ha, pcm, rate)
+    await ha.send(AudioStop().event())
+    return reply
+
+
+async def _send_held(ha: FakeHomeAssistant, pcm: bytes | bytearray, rate: int) -> None:
+    for offset in range(0, len(pcm), HA_CHUNK_BYTES):
+        chunk = bytes(pcm[offset : offset + HA_CHUNK_BYTES])
+        await ha.send(AudioChunk(rate=rate, width=2, channels=1, audio=chunk).event())

@@ -369,7 +369,8 @@ async def test_announcement_and_timer_sound_play_while_idle(
     ding = make_speech("Ding.", speech_dir / "ding.wav", rate=22050, pad_before=0, pad_after=0)
     with ha_mode_satellite(
         tmp_path, "--mic-wav", str(silence), "--snd-wav", str(tmp_path / "out-{n}.wav"),
-        "--done-wav", str(ding),
+        "--done-wav", str(ding), "--timer-finished-wav", str(ding),
+        "--timer-finished-wav-repeat", "2", "0.2",
     ) as sat:  # fmt: skip
         pcm, rate = reply_audio
         async with FakeHomeAssistant(sat.port) as ha:
@@ -385,7 +386,11 @@ async def test_announcement_and_timer_sound_play_while_idle(
             events: list[str] = []
             while (event := await ha.read()) is not None:
                 events.append(event.type)
-            assert events == ["pong"]  # a local sound is not a reply: no `played`
+            # A local sound is not a reply: no `played` (our keepalive pings aside).
+            assert [e for e in events if e != "ping"] == ["pong"]
         assert sat.wait() == 0
     assert wav_frames(tmp_path / "out-1.wav") == (pcm, rate)
+    # The timer rang twice, as --timer-finished-wav-repeat asked, then stopped.
     assert wav_frames(tmp_path / "out-2.wav") == (read_wav(ding)[0], 22050)
+    assert wav_frames(tmp_path / "out-3.wav") == (read_wav(ding)[0], 22050)
+    assert not (tmp_path / "out-4.wav").exists()

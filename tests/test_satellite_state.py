@@ -18,13 +18,16 @@ from wyoming_pivoice.satellite.state import (
     ResetDetector,
     SatelliteMachine,
     SendDetection,
+    SendPing,
     SendPlayed,
     SendRunPipeline,
     StartPlayback,
     StartStream,
+    StopFollow,
     StopPlayback,
     StopStream,
     Timeouts,
+    is_stop,
 )
 
 TTS = AudioFormat(22050, 2, 1)
@@ -356,7 +359,9 @@ EVENTS = st.sampled_from(
     [
         "connect", "disconnect", "run", "pause", "trigger", "wake", "endpoint", "transcript",
         "error", "progress", "audio_start", "audio_chunk", "audio_stop", "done", "done_old",
-        "sound", "remote_asr", "remote_tts", "ping", "speech",
+        "sound", "remote_asr", "remote_tts", "ping", "speech", "barge", "barge_wake",
+        "timer", "stop_word", "synthesize", "follow_join", "follow_audio", "follow_text",
+        "follow_done",
     ]
 )  # fmt: skip
 
@@ -400,6 +405,24 @@ def _apply(sat: SatelliteMachine, event: str, now: float) -> list:
         return sat.speech_started(now)
     if event == "remote_tts":
         return sat.remote_run_pipeline(now, "tts", "tts", "hi")
+    if event == "barge":
+        return sat.barge_in(now)
+    if event == "barge_wake":
+        return sat.barge_in(now, "okay_nabu")
+    if event == "timer":
+        return sat.timer_finished(now)
+    if event == "stop_word":
+        return sat.transcript(now, "Stop.")
+    if event == "synthesize":
+        return sat.progress(now, "synthesize", "hello")
+    if event == "follow_join":
+        return sat.follow_joined(now)
+    if event == "follow_audio":
+        return sat.follow_audio(now, b"\0" * 100, TTS)
+    if event == "follow_text":
+        return sat.follow_text(now, "hello")
+    if event == "follow_done":
+        return sat.follow_done(now)
     sat.heard(now, ping=True)
     return []
 
@@ -445,6 +468,10 @@ def test_any_event_sequence_returns_to_rest(events: list[str], remote_wake: bool
     # Then nothing more arrives: the deadlines bring it back to rest.
     for step in range(1, 6):
         io.run(sat, sat.tick(now + step * 100.0))
+    for step in range(1, 3):  # a ringing timer is bounded too, and ends idle
+        io.run(sat, sat.tick(now + step * T.ring_max + 600.0))
+        io.run(sat, sat.tick(now + step * T.ring_max + 700.0))
+    assert not sat.ringing and not sat.following
     assert sat.playback is Playback.IDLE
     resting = {Phase.DISCONNECTED, Phase.PAUSED, Phase.LISTENING}
     if remote_wake:
@@ -505,3 +532,301 @@ def test_a_reply_is_capped_in_bytes(monkeypatch) -> None:
     assert sat.audio_chunk(1.3, b"\0" * 10, TTS) == []
     assert sat.audio_stop(1.4) == [FinishPlayback(1)]  # the reply still ends normally
     assert sat.playback_done(1.5, 1) == [SendPlayed(), ResetDetector()]
+
+
+# ---- barge-in, the stop word, the ringing timer, the keepalive ----------------------------
+
+
+def replying(**kwargs) -> SatelliteMachine:
+    """A run whose reply is playing; HA's pipeline already sent `synthesize` (it is over)."""
+    sat = running(**kwargs)
+    sat.trigger(1.0)
+    sat.endpoint(2.0)
+    sat.transcript(2.5, "tell me a story")
+    sat.progress(2.6, "synthesize")
+    sat.audio_start(3.0, TTS)
+    sat.audio_chunk(3.1, b"\0" * 2048, TTS)
+    return sat
+
+
+def test_speech_over_a_reply_stops_it_and_starts_the_next_run_with_that_speech() -> None:
+    sat = replying()
+    assert sat.accepts_barge_in and not sat.accepts_trigger
+    assert sat.barge_in(4.0) == [
+        StopPlayback(1),
+        SendPlayed(),  # its playback is over: HA leaves "responding" before the new run
+        SendRunPipeline("asr", "tts"),
+        StartStream(with_prespeech=True),  # the endpointer's utterance goes on: no reset
+    ]
+    assert sat.streaming and sat.playback is Playback.IDLE and not sat.accepts_barge_in
+    # The rest of the old reply (HA sends it unpaced) is dropped, never played.
+    assert sat.audio_chunk(4.1, b"\1" * 2048, TTS) == []
+    assert sat.audio_stop(4.2) == []
+    assert sat.streaming
+    assert sat.endpoint(5.0) == [StopStream(send_audio_stop=True), ResetDetector()]
+    assert sat.audio_start(6.0, TTS) == [StartPlayback(2, TTS)]  # the new reply plays
+    assert sat.audio_chunk(6.1, b"\2" * 10, TTS) == [PlayAudio(2, b"\2" * 10, TTS)]
+
+
+def test_barge_in_after_the_reply_was_all_received_drops_nothing_later() -> None:
+    sat = replying()
+    sat.audio_stop(3.2)  # all of it is here; the speaker is draining
+    assert sat.barge_in(4.0)[:2] == [StopPlayback(1), SendPlayed()]
+    assert sat.playback_done(4.1, 1) == []  # the stopped drain reports late: nothing
+    sat.endpoint(5.0)
+    assert sat.audio_start(6.0, TTS) == [StartPlayback(2, TTS)]
+
+
+def test_the_wake_word_barges_in_when_one_is_configured() -> None:
+    sat = replying()
+    assert sat.barge_in(4.0, "okay_nabu") == [
+        StopPlayback(1),
+        SendPlayed(),
+        SendDetection("okay_nabu"),
+        SendRunPipeline("asr", "tts", wake_word_name="okay_nabu"),
+        StartStream(with_prespeech=False),
+        ResetDetector(),
+    ]
+
+
+def test_no_barge_in_when_off_with_remote_wake_or_over_our_own_sounds() -> None:
+    assert not replying(barge_in=False).accepts_barge_in
+    assert replying(barge_in=False).barge_in(4.0) == []
+    remote = running(remote_wake=True)
+    remote.audio_start(1.0, TTS)
+    assert not remote.accepts_barge_in
+    sat = running(sounds=frozenset({"done"}))
+    sat.trigger(1.0)
+    sat.transcript(2.0)  # the done sound plays
+    assert sat.playback is not Playback.IDLE and not sat.accepts_barge_in
+
+
+def test_barge_in_over_an_announcement() -> None:
+    sat = running()
+    sat.audio_start(1.0, TTS)
+    sat.audio_chunk(1.1, b"\0" * 2048, TTS)
+    assert sat.accepts_barge_in
+    assert sat.barge_in(2.0) == [
+        StopPlayback(1),
+        SendPlayed(),  # HA's announce() is waiting for it
+        SendRunPipeline("asr", "tts"),
+        StartStream(with_prespeech=True),
+    ]
+
+
+def test_barge_in_holds_the_run_while_home_assistant_may_still_be_running_the_last() -> None:
+    """A streaming agent: audio before `synthesize`. A run-pipeline now would make HA cancel
+    the open run, whose end marks the satellite idle, and HA would drop the new audio."""
+    sat = running()
+    sat.trigger(1.0)
+    sat.endpoint(2.0)
+    sat.audio_start(3.0, TTS)
+    sat.audio_chunk(3.1, b"\0" * 2048, TTS)
+    assert sat.barge_in(4.0) == [StopPlayback(1), SendPlayed()]
+    assert sat.holding and not sat.streaming and sat.in_turn
+    assert sat.audio_chunk(4.1, b"\0" * 2048, TTS) == []  # still the old reply
+    assert sat.progress(4.5, "synthesize") == [
+        SendRunPipeline("asr", "tts"),
+        StartStream(with_prespeech=True),  # with what the mic heard meanwhile
+    ]
+    assert sat.streaming
+    # An utterance that ended while held goes up whole, with its audio-stop.
+    sat = running()
+    sat.trigger(1.0)
+    sat.endpoint(2.0)
+    sat.audio_start(3.0, TTS)
+    sat.barge_in(4.0)
+    assert sat.endpoint(4.6) == []
+    assert sat.tick(4.0 + T.hold - 0.1) == []
+    assert sat.tick(4.0 + T.hold) == [
+        SendRunPipeline("asr", "tts"),
+        StartStream(with_prespeech=True),
+        StopStream(send_audio_stop=True),
+        ResetDetector(),
+    ]
+    assert sat.phase is Phase.WAITING
+
+
+def test_a_stop_word_drops_the_reply_of_its_run() -> None:
+    sat = replying()
+    sat.barge_in(4.0)
+    assert sat.transcript(4.5, "Stop.") == [StopStream(send_audio_stop=False), ResetDetector()]
+    assert sat.audio_start(5.0, TTS) == [ResetDetector()]  # HA's "sorry…": not played
+    assert sat.phase is Phase.LISTENING and sat.accepts_trigger
+    assert sat.audio_chunk(5.1, b"\0" * 2048, TTS) == []
+    assert sat.audio_stop(5.2) == [SendPlayed()]  # HA's turn ends now, not on its timer
+    assert sat.audio_start(6.0, TTS) == [StartPlayback(2, TTS)]  # the next one plays
+
+
+def test_stop_words() -> None:
+    for text in ("stop", "Stop.", "Okay, stop!", "stop please", "Never mind.", "That's enough"):
+        assert is_stop(text), text
+    for text in ("stop the music in the kitchen", "don't stop", "", None, "what time is it"):
+        assert not is_stop(text), text
+
+
+def test_a_finished_timer_rings_until_stopped_and_bounded() -> None:
+    sat = running(sounds=frozenset({"timer"}))
+    assert sat.timer_finished(1.0) == [PlaySound(1, "timer")]
+    assert sat.ringing and sat.accepts_barge_in
+    assert sat.playback_done(1.9, 1) == [ResetDetector()]
+    assert sat.tick(2.8) == []  # the pause between two rings
+    assert sat.tick(2.9) == [PlaySound(2, "timer")]
+    sat.playback_done(3.8, 2)
+    # Speech stops it (and starts a run: "stop" then drops that run's reply).
+    assert sat.barge_in(4.0) == [SendRunPipeline("asr", "tts"), StartStream(True)]
+    assert not sat.ringing
+    assert sat.tick(100.0) == [StopStream(send_audio_stop=True), ResetDetector()]  # max stream
+    sat.error(101.0)
+    assert sat.tick(110.0) == []  # no more rings
+    # Unstopped, it rings for ring_max at most.
+    sat = running(sounds=frozenset({"timer"}))
+    sat.timer_finished(0.0)
+    now, rings = 0.0, 1
+    while now < T.ring_max + 10:
+        now += 0.5
+        for action in sat.tick(now):
+            rings += isinstance(action, PlaySound)
+        if sat.playback is not Playback.IDLE:
+            sat.playback_done(now, sat.generation)
+    assert not sat.ringing and T.ring_max / 2 <= rings <= T.ring_max
+
+
+def test_a_timer_rings_a_set_number_of_times() -> None:
+    sat = running(sounds=frozenset({"timer"}), ring_repeat=2, ring_delay=0.5)
+    sat.timer_finished(0.0)
+    sat.playback_done(1.0, 1)
+    assert sat.tick(1.5) == [PlaySound(2, "timer")]
+    sat.playback_done(2.5, 2)
+    assert sat.tick(3.0) == [] and not sat.ringing
+
+
+def test_a_reply_is_not_cut_by_a_timer_and_an_announcement_does_not_end_the_ringing() -> None:
+    sat = replying(sounds=frozenset({"timer"}))
+    assert sat.timer_finished(3.5) == []  # the reply goes on
+    sat.audio_stop(3.6)
+    assert sat.playback_done(4.0, 1) == [SendPlayed(), ResetDetector()]
+    assert sat.tick(4.1) == [PlaySound(2, "timer")]  # then it rings
+    # An announcement interrupts this ring, plays, and the ringing goes on after it.
+    assert sat.audio_start(4.5, TTS) == [StopPlayback(2), StartPlayback(3, TTS)]
+    sat.audio_stop(4.6)
+    sat.playback_done(5.0, 3)
+    assert sat.ringing
+    assert sat.tick(5.1) == [PlaySound(4, "timer")]
+
+
+def test_our_own_pings_keep_home_assistant_from_timing_out() -> None:
+    sat = running()
+    assert sat.tick(5.0) == []  # a peer that never pinged is not HA: nothing to keep alive
+    sat.heard(5.0, ping=True)
+    assert sat.tick(5.1) == [SendPing()]
+    assert sat.tick(5.1 + T.keepalive / 2) == []
+    assert sat.tick(5.1 + T.keepalive) == [SendPing()]
+    sat.trigger(6.2)
+    assert sat.tick(7.5) == []  # mic audio streams: that is sign of life enough
+    sat.endpoint(7.6)
+    assert sat.tick(7.7) == [SendPing()]  # waiting, and during the reply
+    sat.pause_satellite(8.0)
+    assert sat.tick(10.0) == []  # muted: HA reads nothing from us then
+
+
+# ---- follow (--server): our server's streamed reply, HA's copy dropped ---------------------
+
+PIPER = AudioFormat(22050, 2, 1)
+
+
+def waiting() -> SatelliteMachine:
+    sat = running()
+    sat.trigger(1.0)
+    sat.endpoint(2.0)
+    sat.transcript(2.1, "tell me a story")
+    return sat
+
+
+def test_a_followed_reply_plays_as_it_comes_and_home_assistants_copy_is_dropped() -> None:
+    sat = waiting()
+    assert sat.follow_joined(2.2) == [] and sat.following
+    assert sat.follow_audio(2.5, b"a" * 100, PIPER) == [
+        StartPlayback(1, PIPER),
+        PlayAudio(1, b"a" * 100, PIPER),
+    ]
+    assert sat.phase is Phase.RESPONDING and sat.accepts_barge_in
+    assert sat.follow_audio(2.6, b"b" * 100, PIPER) == [PlayAudio(1, b"b" * 100, PIPER)]
+    assert sat.follow_text(3.0, "Once upon a time.") == []
+    assert sat.progress(3.1, "synthesize", "Once upon a time.") == []  # HA: the same words
+    # HA's audio of it arrives while ours still plays: dropped, ours goes on.
+    assert sat.audio_start(3.5, TTS) == []
+    assert sat.audio_chunk(3.6, b"\0" * 2048, TTS) == []
+    assert sat.follow_done(3.7) == [FinishPlayback(1)]
+    assert sat.audio_stop(3.8) == []
+    assert sat.playback_done(4.0, 1) == [SendPlayed(), ResetDetector()]
+    assert sat.phase is Phase.LISTENING and not sat.following
+    assert sat.audio_start(5.0, TTS) == [StartPlayback(2, TTS)]  # an announcement plays
+
+
+def test_home_assistants_copy_after_ours_ended_is_still_dropped() -> None:
+    sat = waiting()
+    sat.follow_joined(2.2)
+    sat.follow_audio(2.5, b"a" * 100, PIPER)
+    sat.follow_text(2.6, "Hi.")
+    sat.follow_done(2.7)
+    sat.playback_done(2.8, 1)
+    sat.progress(3.0, "synthesize", "Hi.")
+    assert sat.audio_start(3.5, TTS) == [] and sat.audio_chunk(3.6, b"\0" * 8, TTS) == []
+    assert sat.audio_stop(3.7) == []
+    assert sat.audio_start(4.0, TTS) == [StartPlayback(2, TTS)]  # the next one is HA's own
+
+
+def test_home_assistant_speaking_other_words_wins_over_the_followed_reply() -> None:
+    sat = waiting()
+    sat.follow_joined(2.2)
+    sat.follow_audio(2.5, b"a" * 100, PIPER)
+    sat.follow_text(2.6, "Once upon a time.")
+    sat.progress(2.7, "synthesize", "Turned on the kitchen lights.")
+    assert sat.audio_start(3.0, TTS) == [
+        StopFollow(),
+        StopPlayback(1),
+        StartPlayback(2, TTS),
+    ]
+    assert sat.audio_chunk(3.1, b"x" * 10, TTS) == [PlayAudio(2, b"x" * 10, TTS)]
+
+
+def test_followed_audio_that_never_came_leaves_home_assistants_to_play() -> None:
+    sat = waiting()
+    sat.follow_joined(2.2)
+    assert sat.audio_start(3.0, TTS) == [StopFollow(), StartPlayback(1, TTS)]  # HA first
+    assert sat.follow_audio(3.1, b"a" * 10, PIPER) == []
+    sat = waiting()
+    sat.follow_joined(2.2)
+    assert sat.follow_done(2.5) == []  # TTS failed: nothing of ours
+    assert sat.audio_start(3.0, TTS) == [StartPlayback(1, TTS)]
+
+
+def test_barge_in_over_a_followed_reply_stops_it_and_drops_home_assistants_copy() -> None:
+    sat = waiting()
+    sat.follow_joined(2.2)
+    sat.follow_audio(2.5, b"a" * 100, PIPER)
+    sat.follow_text(2.6, "Once upon a time.")
+    sat.progress(2.7, "synthesize", "Once upon a time.")
+    assert sat.barge_in(3.0) == [
+        StopPlayback(1),
+        StopFollow(),
+        SendPlayed(),
+        SendRunPipeline("asr", "tts"),
+        StartStream(with_prespeech=True),
+    ]
+    assert sat.audio_start(3.2, TTS) == [] and sat.streaming  # HA's copy: not the new run's
+    assert sat.audio_stop(3.3) == []
+    sat.endpoint(4.0)
+    assert sat.audio_start(5.0, TTS) == [StartPlayback(2, TTS)]
+
+
+def test_no_follow_outside_a_run_or_after_a_stop_word() -> None:
+    sat = running()
+    assert sat.follow_joined(1.0) == [] and not sat.following  # no run
+    sat = waiting()
+    sat.transcript(2.15, "stop")
+    sat = running()
+    sat.trigger(1.0)
+    sat.transcript(1.5, "Stop.")
+    assert sat.follow_joined(1.6) == [] and not sat.following

@@ -24,7 +24,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--server",
         type=client_uri,
         default=None,
-        help="standalone: the pivoice server, tcp://HOST:10800",
+        help="standalone: the pivoice server, tcp://HOST:10800; with --uri: our server is "
+        "HA's conversation agent, and its reply to this satellite's turn plays as it is "
+        "written (HA's copy of it is dropped)",
     )
     mode.add_argument(
         "--uri",
@@ -181,6 +183,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     ha.add_argument("--awake-wav", default=None, help="played when the wake word is heard")
     ha.add_argument("--done-wav", default=None, help="played when the request is heard")
+    ha.add_argument(
+        "--timer-finished-wav",
+        default=None,
+        help="played when a timer finishes (default: a built-in ring; '' for none)",
+    )
+    ha.add_argument(
+        "--timer-finished-wav-repeat",
+        nargs=2,
+        metavar=("REPEAT", "DELAY"),
+        type=float,
+        default=(0, 1.0),
+        help="ring REPEAT times (0: until stopped by speech, the wake word or 'stop'; "
+        "5 minutes at most), DELAY seconds apart",
+    )
+    ha.add_argument(
+        "--ha-entity-id",
+        default=None,
+        help="with --server: this satellite's entity id in HA, which HA 2026.10+ sends with "
+        "each turn (default: assist_satellite.<name>, as HA names it)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -237,6 +259,10 @@ def settings_from_args(args: argparse.Namespace) -> SatelliteSettings:
         remote_wake=args.remote_wake,
         awake_wav=args.awake_wav,
         done_wav=args.done_wav,
+        timer_finished_wav=args.timer_finished_wav,
+        timer_repeat=max(0, int(args.timer_finished_wav_repeat[0])),
+        timer_delay=max(0.0, float(args.timer_finished_wav_repeat[1])),
+        ha_entity_id=args.ha_entity_id,
     )
 
 

@@ -50,10 +50,12 @@ from . import state
 from .audio_in import CHANNELS, CHUNK_BYTES, RATE, WIDTH
 from .endpoint import Endpointer, EndpointKind
 from .ha_connection import Connections, HaConnection
+from .ha_follow import Follow, ha_entity_id
 from .ha_info import satellite_info
 from .listener import Heard, Listener
 from .protocols import AudioSink, AudioSource, EndpointDetector, WakeDetector
 from .settings import DEFAULT_HA_PORT, SatelliteSettings
+from .sounds import ring_tone
 from .wake import wake_key
 
 _LOGGER = logging.getLogger(__name__)
@@ -61,6 +63,7 @@ _LOGGER = logging.getLogger(__name__)
 TICK_SECONDS = 0.1
 STEP_TIMEOUT = 2.0  # one speaker call (queue audio, stop)
 SHUTDOWN_STEP = 0.5  # each part of the shutdown
+HOLD_MAX_BYTES = int(state.Timeouts.max_stream * RATE * WIDTH)  # a held barge-in's audio
 
 _PROGRESS = {
     Transcribe.is_type: "transcribe",
@@ -177,19 +180,25 @@ class HaSatellite:
             remote_wake = settings.remote_wake
         self.remote_wake = remote_wake
         self.wake_name = wake_key(wake.name) if wake is not None else None
-        self.sound_paths = {
+        # None: the built-in ring ("" turns the timer's sound off).
+        timer_wav = settings.timer_finished_wav
+        self.sound_paths: dict[str, str | None] = {
             name: path
             for name, path in (
                 ("awake", settings.awake_wav),
                 ("done", settings.done_wav),
-                ("timer", settings.done_wav),
             )
             if path
         }
+        if timer_wav != "":
+            self.sound_paths["timer"] = timer_wav
         self.machine = state.SatelliteMachine(
             remote_wake=self.remote_wake,
             sounds=frozenset(self.sound_paths),
             timeouts=timeouts,
+            barge_in=settings.barge_in,
+            ring_repeat=settings.timer_repeat,
+            ring_delay=settings.timer_delay,
         )
         self.info: Info = satellite_info(
             settings.name or default_name("satellite"),
@@ -208,6 +217,7 @@ class HaSatellite:
         self._done = asyncio.Event()
         self.exit_code = 0
         self._prespeech = b""
+        self._held = bytearray()  # mic audio of a barge-in held until HA's last run ends
         self._stream_ms = 0
         self._speaker: Speaker | None = None
         self._sounds: dict[str, tuple[bytes, AudioFormat]] = {}
@@ -216,6 +226,20 @@ class HaSatellite:
         self._server: AsyncServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
+        self.follow: Follow | None = None
+        if settings.server:  # our server is HA's agent: speak its reply as it is written
+            self.follow = Follow(
+                settings.server,
+                settings.ha_entity_id or ha_entity_id(self.info.satellite.name),  # type: ignore[union-attr]
+                settings.min_clause_chars,
+                on_joined=self._follow_joined,
+                on_audio=lambda piece: self._apply(
+                    self.machine.follow_audio(time.monotonic(), piece.pcm, piece.fmt)
+                ),
+                on_text=lambda text: self._apply(self.machine.follow_text(time.monotonic(), text)),
+                on_done=lambda: self._apply(self.machine.follow_done(time.monotonic())),
+                clock=lambda: self._clock,
+            )
 
     # ---- running -----------------------------------------------------------------------------
 
@@ -235,6 +259,8 @@ class HaSatellite:
             asyncio.create_task(self._tick_loop(), name="satellite clock"),
             asyncio.create_task(self._speaker.run(), name="satellite speaker"),
         ]
+        if self.follow is not None:
+            self._tasks.append(asyncio.create_task(self.follow.run(), name="satellite follow"))
 
     async def wait(self) -> int:
         """Block until stopped, then shut everything down; returns the exit code."""
@@ -343,7 +369,9 @@ class HaSatellite:
             if self._clock is not None:
                 self._clock.mark_once("transcript", now)
                 self._clock.transcript = str(text or "")
-            self._apply(m.transcript(now))
+            self._apply(m.transcript(now, str(text) if text is not None else None))
+            if self.follow is not None and text and m.phase is state.Phase.WAITING:
+                self.follow.heard(str(text))
         elif Error.is_type(kind):
             _LOGGER.warning(
                 "Home Assistant pipeline error: %s (%s)", data.get("text"), data.get("code")
@@ -357,10 +385,10 @@ class HaSatellite:
                 self._start_turn()  # remote wake: HA heard its wake word
             if what == "synthesize" and self._clock is not None:
                 self._clock.reply = str(data.get("text") or "")
-            self._apply(m.progress(now, what))
+            self._apply(m.progress(now, what, str(data.get("text") or "")))
         elif TimerFinished.is_type(kind):
             _LOGGER.info("Timer finished: %s", data.get("id"))
-            self._apply(m.sound(now, "timer"))
+            self._apply(m.timer_finished(now))
         elif any(t.is_type(kind) for t in (TimerStarted, TimerUpdated, TimerCancelled)):
             _LOGGER.info("Timer event %s: %s", kind, data)
         elif RunPipeline.is_type(kind):
@@ -382,15 +410,22 @@ class HaSatellite:
     # ---- the microphone: the shared listener, gated by the machine ----------------------
 
     def wants_speech(self, now: float) -> bool:
-        """The endpointer runs while a local run may start or is streaming, not over a reply."""
+        """The endpointer runs while a local run may start or is streaming, and (without a
+        wake word, which then does it) over a reply, an announcement or a ringing timer,
+        whose echo the canceller takes out and the endpointer's echo rule discounts."""
         m = self.machine
-        if self.remote_wake or m.playback is not state.Playback.IDLE:
+        if self.remote_wake:
             return False
-        listening = m.phase is state.Phase.LISTENING and self.wake is None
-        return listening or (m.streaming and m.stage == "asr")
+        if m.holding or (m.streaming and m.stage == "asr"):
+            return m.playback is state.Playback.IDLE  # not over our own awake sound
+        if m.accepts_barge_in:
+            return self.wake is None
+        if m.playback is not state.Playback.IDLE:
+            return False
+        return m.phase is state.Phase.LISTENING and self.wake is None
 
     def wants_wake(self, now: float) -> bool:
-        return self.machine.accepts_trigger
+        return self.machine.accepts_trigger or self.machine.accepts_barge_in
 
     async def _mic_loop(self) -> None:
         """Capture starts when HA first says run-satellite and goes on for good."""
@@ -409,27 +444,47 @@ class HaSatellite:
         m, now = self.machine, time.monotonic()
         if m.streaming:
             self._send_mic(heard.chunk)  # before the events: it belongs to this stream
+        elif m.holding and len(self._held) < HOLD_MAX_BYTES:
+            self._held += heard.chunk
         if heard.wake:
-            self._start_turn()
-            self._apply(m.trigger(now, self.wake_name))
+            if m.accepts_barge_in:
+                self._barge_in(now, self.wake_name)
+            else:
+                self._start_turn()
+                self._apply(m.trigger(now, self.wake_name))
         for ev in heard.events:
             if ev.kind is EndpointKind.SPEECH_STARTED:
-                if self.wake is None and m.accepts_trigger:
+                if self.wake is None and m.accepts_barge_in:
+                    self._prespeech = ev.audio  # as for a trigger: its start goes up first
+                    self._barge_in(now, None, ev.speech_start)
+                elif self.wake is None and m.accepts_trigger:
                     self._prespeech = ev.audio  # pre-speech + speech so far, this chunk too
                     self._start_turn()
                     if self._clock is not None:
                         self._clock.mark("speech_start", ev.speech_start)
                     self._apply(m.trigger(now))
-                elif m.streaming:
+                elif m.streaming or m.holding:
                     if self._clock is not None:
                         self._clock.mark_once("speech_start", ev.speech_start)
                     self._apply(m.speech_started(now))
-            elif ev.kind is EndpointKind.ENDPOINT and m.streaming:
+            elif ev.kind is EndpointKind.ENDPOINT and (m.streaming or m.holding):
                 if self._clock is not None:
                     self._clock.mark("last_voiced", ev.last_voiced)
                     self._clock.mark("endpoint", ev.time)
                 self._apply(m.endpoint(now))
         self._finish_turn()
+
+    def _barge_in(
+        self, now: float, wake_word: str | None, speech_start: float | None = None
+    ) -> None:
+        """The standalone rule over a reply: stop it now, and the speech starts the next run."""
+        if self._clock is not None:
+            self._clock.mark("barge_in", now)
+            self._clock.interrupted = True
+        self._start_turn()
+        if self._clock is not None and speech_start is not None:
+            self._clock.mark("speech_start", speech_start)
+        self._apply(self.machine.barge_in(now, wake_word))
 
     def _send_mic(self, audio: bytes) -> None:
         self.connections.send(
@@ -472,15 +527,20 @@ class HaSatellite:
                 AudioStart(rate=RATE, width=WIDTH, channels=CHANNELS, timestamp=0).event()
             )
             prespeech, self._prespeech = self._prespeech, b""
-            if action.with_prespeech:
-                for offset in range(0, len(prespeech), CHUNK_BYTES):
-                    self._send_mic(prespeech[offset : offset + CHUNK_BYTES])
+            held, self._held = bytes(self._held), bytearray()
+            if not action.with_prespeech:
+                prespeech = b""
+            audio = prespeech + held  # a held barge-in's audio follows its start
+            for offset in range(0, len(audio), CHUNK_BYTES):
+                self._send_mic(audio[offset : offset + CHUNK_BYTES])
         elif isinstance(action, state.StopStream):
             if action.send_audio_stop:
                 self.connections.send(AudioStop(timestamp=self._stream_ms).event())
             _LOGGER.info("Streamed %.2f s of audio", self._stream_ms / 1000)
         elif isinstance(action, state.SendPlayed):
             self.connections.send(Played().event())
+        elif isinstance(action, state.SendPing):
+            self.connections.send(Ping(text="pivoice keepalive").event())
         elif isinstance(action, state.StartPlayback):
             _LOGGER.info("Playing audio at %s Hz", action.fmt.rate)
         elif isinstance(action, state.PlayAudio):
@@ -497,6 +557,9 @@ class HaSatellite:
         elif isinstance(action, state.PlaySound):
             if speaker is not None:
                 speaker.sound(action.generation, action.name)
+        elif isinstance(action, state.StopFollow):
+            if self.follow is not None:
+                self.follow.stop()
         elif isinstance(action, state.ResetDetector):
             self.endpointer.reset()
             if self.wake is not None:
@@ -507,6 +570,11 @@ class HaSatellite:
             self.connections.close_active(action.reason)
         elif isinstance(action, state.Exit):
             self.stop(action.code)
+
+    def _follow_joined(self) -> bool:
+        """Our server joined this run's turn: the machine says whether to speak it."""
+        self._apply(self.machine.follow_joined(time.monotonic()))
+        return self.machine.following
 
     def _playback_done(self, generation: int, reply: bool) -> None:
         """The speaker really played playback `generation` (or failed): tell the machine."""
@@ -520,7 +588,11 @@ class HaSatellite:
 
     async def _load_sound(self, name: str) -> tuple[bytes, AudioFormat]:
         if name not in self._sounds:
-            self._sounds[name] = await asyncio.to_thread(_read_wav, self.sound_paths[name])
+            path = self.sound_paths.get(name)
+            if path is None:  # the timer's own ring
+                self._sounds[name] = ring_tone()
+            else:
+                self._sounds[name] = await asyncio.to_thread(_read_wav, path)
         return self._sounds[name]
 
     # ---- per-turn timing ---------------------------------------------------------------------

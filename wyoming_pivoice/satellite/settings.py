@@ -96,3 +96,9 @@ class SatelliteSettings:
     remote_wake: bool = False  # HA mode: stream all audio and let Home Assistant find the wake word
     awake_wav: str | None = None
     done_wav: str | None = None
+    timer_finished_wav: str | None = None  # None: the built-in ring; "": no timer sound
+    timer_repeat: int = 0  # rings of a finished timer; 0: until stopped (5 min at most)
+    timer_delay: float = 1.0  # seconds between two rings
+    # HA mode with --server (our server is HA's agent): the entity id HA sends as the turn's
+    # satellite_id; None: assist_satellite.<name slugified>, as HA names it.
+    ha_entity_id: str | None = None

@@ -18,6 +18,7 @@ from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop
 
 from .. import compute_log
 from ..wire.errors import ErrorCode
+from . import follow
 from .connection import Queue, Write
 from .errors import Owed, RequestError
 from .limits import Limits
@@ -56,14 +57,21 @@ class Conversations:
         first: float | None = None
         await self.write(HandledStart(context=turn_context).event())
         pieces: list[str] = []
+        tap = follow.HUB.turn(text, turn_context)  # a following satellite speaks it as written
         output = self.services.answer(self.host, earlier, text, began=start)
-        async with contextlib.aclosing(output):
-            async for piece in output:
-                if first is None:
-                    first = time.monotonic() - start
-                pieces.append(piece)
-                await self.write(HandledChunk(text=piece).event())
+        try:
+            async with contextlib.aclosing(output):
+                async for piece in output:
+                    if first is None:
+                        first = time.monotonic() - start
+                    pieces.append(piece)
+                    tap.piece(piece)
+                    await self.write(HandledChunk(text=piece).event())
+        except BaseException:
+            tap.close(None)
+            raise
         reply = "".join(pieces).strip()
+        tap.close(reply)
         store.record(key, text, reply, turn_id)
         await self.write(Handled(text=reply, context=turn_context).event())
         await self.write(HandledStop().event())

@@ -14,6 +14,7 @@ import logging
 from wyoming.event import Event
 from wyoming.ping import Pong
 
+from . import follow
 from .connection import Connection
 from .converse import Conversations
 from .errors import Owed
@@ -48,6 +49,8 @@ class PivoiceEventHandler(Connection):
         self.asr = Transcriptions(services, limits, queue, write)
         self.turns = Conversations(services, limits, queue, write, self.host)
         self.tts = Syntheses(services, limits, queue, write, self.host, self.report)
+        self._follower: follow.Follower | None = None  # a satellite following its turns
+        self._own_tts = False  # the TTS a following satellite speaks its reply with
 
     def receiving(self) -> bool:
         return self.asr.receiving or self.tts.receiving
@@ -72,6 +75,11 @@ class PivoiceEventHandler(Connection):
         if kind == "ping":
             await self.reply(Pong(text=data.get("text")).event())
             return True
+        if kind in follow.EVENTS:  # a Home Assistant satellite of ours follows its turns
+            self._follow(kind, data)
+            return True
+        if kind in ("synthesize", "synthesize-chunk") and not self._own_tts:
+            await follow.HUB.hold_tts(data.get("text"))  # a satellite speaks it already
         if kind == "transcribe":
             self.asr.transcribe(data)
         elif kind == "audio-start":
@@ -92,6 +100,27 @@ class PivoiceEventHandler(Connection):
             self.tts.stop()
         return True
 
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            if self._follower is not None:
+                follow.HUB.leave(self._follower)
+
+    def _follow(self, kind: str, data: dict) -> None:
+        if kind == follow.OWN_TTS:
+            self._own_tts = True
+            return
+        follower = self._follower
+        if follower is None:
+            follower = self._follower = follow.Follower(self.write_event, str(self.peer))
+        if kind == follow.FOLLOW:
+            follow.HUB.follow(follower, data)
+        elif kind == follow.HEARD:
+            follow.HUB.heard(follower, data)
+        else:
+            follow.HUB.spoken(follower)
+
 
 # Events we act on; any other type is ignored whatever its data holds.
 _HANDLED = {
@@ -106,4 +135,5 @@ _HANDLED = {
     "synthesize-start",
     "synthesize-chunk",
     "synthesize-stop",
+    *follow.EVENTS,
 }
