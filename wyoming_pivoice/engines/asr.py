@@ -26,6 +26,11 @@ class AsrSettings:
     # Shortest encoder window in seconds; the window fits the utterance above it (see
     # whisper_window). 30 is Whisper's fixed window.
     window_s: float = 10.0
+    # faster-whisper's temperature fallback: a decode that fails its checks is sampled again
+    # at rising temperatures (random: the same audio can give two transcripts).
+    temperature_fallback: bool = True
+    cap_tokens: bool = True  # decoding cap by audio length (max_tokens)
+    trim_repeats: bool = True  # collapse_repeats on each segment
 
 
 # Nobody speaks faster than ~4 words (≈6 tokens) a second; a segment decoding far more
@@ -88,23 +93,31 @@ class WhisperAsr:
             return
         lang = "en" if self.english_only else (language or self.settings.language)
         seconds = audio.size / 16000
+        settings = self.settings
+        options: dict = {}
+        if not settings.temperature_fallback:
+            options["temperature"] = 0.0
+        if settings.cap_tokens:
+            options["max_new_tokens"] = max_tokens(seconds)
         segments, _info = self.model.transcribe(
             audio,
             language=lang,
-            beam_size=self.settings.beam_size,
-            initial_prompt=self.settings.initial_prompt,
-            without_timestamps=self.settings.without_timestamps,
+            beam_size=settings.beam_size,
+            initial_prompt=settings.initial_prompt,
+            without_timestamps=settings.without_timestamps,
             condition_on_previous_text=False,
             vad_filter=False,  # the satellite already trims with Silero VAD
-            max_new_tokens=max_tokens(seconds),
+            **options,
         )
-        window = self.settings.window_s
+        window = settings.window_s
         frames = None if window >= FULL_WINDOW_S else window_frames(seconds, window)
         with encoder_window(frames):
             for segment in segments:  # decoding happens lazily, segment by segment
                 if cancel is not None and cancel.is_set():
                     return
-                text = collapse_repeats(segment.text.strip())
+                text = segment.text.strip()
+                if settings.trim_repeats:
+                    text = collapse_repeats(text)
                 # Noise can decode to a lone "." — nothing was said.
                 if any(ch.isalnum() for ch in text):
                     yield text
