@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..models import resolve_whisper
-from .whisper_window import FULL_WINDOW_S, encoder_window, window_frames
+from .whisper_window import FULL_WINDOW_S, TIGHT_TAIL_S, encoder_window, fitted_frames
 
 
 @dataclass(frozen=True)
@@ -22,10 +22,14 @@ class AsrSettings:
     language: str | None = "en"
     initial_prompt: str | None = None
     threads: int = 0  # 0: CTranslate2 picks
-    without_timestamps: bool = True
-    # Shortest encoder window in seconds; the window fits the utterance above it (see
-    # whisper_window). 30 is Whisper's fixed window.
+    without_timestamps: bool = True  # for audio cut tightly (the fitted window) only
+    # Shortest encoder window in seconds for audio cut tightly after the speech; the window
+    # fits the utterance above it, and audio that ends in silence gets Whisper's fixed 30 s
+    # (see whisper_window). 30: always Whisper's window.
     window_s: float = 10.0
+    # Audio whose quiet tail is longer than this is not cut tightly: Whisper's 30 s window
+    # (math.inf: the fitted window for all audio, as before).
+    tight_tail_s: float = TIGHT_TAIL_S
     # faster-whisper's temperature fallback: a decode that fails its checks is sampled again
     # at rising temperatures (random: the same audio can give two transcripts).
     temperature_fallback: bool = True
@@ -99,18 +103,19 @@ class WhisperAsr:
             options["temperature"] = 0.0
         if settings.cap_tokens:
             options["max_new_tokens"] = max_tokens(seconds)
+        frames = fitted_frames(audio, settings.window_s, settings.tight_tail_s)
         segments, _info = self.model.transcribe(
             audio,
             language=lang,
             beam_size=settings.beam_size,
             initial_prompt=settings.initial_prompt,
-            without_timestamps=settings.without_timestamps,
+            # Audio not cut tightly (a file, Home Assistant's stream) is decoded as plain
+            # faster-whisper decodes it: its 30 s window and its timestamps (docs/asr.md).
+            without_timestamps=settings.without_timestamps and frames is not None,
             condition_on_previous_text=False,
             vad_filter=False,  # the satellite already trims with Silero VAD
             **options,
         )
-        window = settings.window_s
-        frames = None if window >= FULL_WINDOW_S else window_frames(seconds, window)
         with encoder_window(frames):
             for segment in segments:  # decoding happens lazily, segment by segment
                 if cancel is not None and cancel.is_set():
