@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from wyoming_pivoice.bench import corpus, wer
 
 
@@ -46,3 +48,38 @@ def test_household_corpus_has_many_voices_and_a_real_person() -> None:
     words = " ".join(line.text.lower() for line in lines)
     for topic in ("lock", "thermostat", "timer", "list", "twenty", "sarah"):
         assert topic in words
+
+
+def test_bench_wer_section_scores_every_path_and_renders() -> None:
+    import argparse
+
+    from wyoming_pivoice.bench.cli import add_parser, options_from_args
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    options = options_from_args(parser.parse_args(["bench", "--wer"]))
+    assert options.wer and not options.latency  # --wer alone skips the latency bench
+
+    @dataclass
+    class Clip:
+        id: str
+        text: str
+        voice: str = "espeak:en-us"
+
+    clips = [Clip("lock", "Lock the front door."), Clip("thermo", "Set the thermostat to 21.")]
+    section = wer.section(
+        clips,
+        {
+            "satellite": {"lock": "Like the front door", "thermo": "set the thermostat to 21"},
+            "server": {
+                "lock": "Lock the front door.",
+                "thermo": "Set the thermostat to twenty one.",
+            },
+        },
+    )
+    assert section["overall"]["satellite"]["errors"] == 1
+    assert section["overall"]["server"]["wer"] == 0.0
+    assert section["per_utterance"]["lock"]["satellite"]["errors"] == 1
+    text = "\n".join(wer.render({**section, "turns": {"lock": 1, "thermo": 2}}))
+    assert "| satellite |" in text and "Like the front door" in text
+    assert "1 utterance(s) not heard as exactly one turn" in text

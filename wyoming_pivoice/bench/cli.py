@@ -136,6 +136,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "(alone, it skips the latency bench)",
     )
 
+    parser.add_argument(
+        "--wer",
+        action="store_true",
+        help="word error rate on the household corpus (59 commands and questions, 8 voices, "
+        "a real recording) through the satellite, the server on the whole clip, plain "
+        "faster-whisper and wyoming-faster-whisper where installed (alone, it skips the "
+        "latency bench); --utterances limits it",
+    )
+
     soak = parser.add_argument_group("soak")
     soak.add_argument(
         "--soak",
@@ -156,7 +165,8 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     unknown = set(pipelines) - {"streaming", "sequential"}
     if unknown:
         raise SystemExit(f"unknown pipeline(s): {', '.join(sorted(unknown))}")
-    rounds = args.rounds if args.rounds is not None else (0 if args.soak or args.room else 3)
+    alone = args.soak or args.room or args.wer
+    rounds = args.rounds if args.rounds is not None else (0 if alone else 3)
     return BenchOptions(
         rounds=rounds,
         utterances=args.utterances,
@@ -182,6 +192,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         realtime_playback=args.realtime_playback,
         turn_timeout=args.turn_timeout,
         room=args.room,
+        wer=args.wer,
     )
 
 

@@ -35,3 +35,4 @@ class BenchOptions:
     realtime_playback: bool = False
     turn_timeout: float = 120.0
     room: bool = False  # the satellite process in simulated echoing rooms
+    wer: bool = False  # word error rate of every ASR path on the household corpus

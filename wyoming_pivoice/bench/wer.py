@@ -12,6 +12,7 @@ Both libraries are development dependencies: `bench` says how to install them if
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -101,8 +102,9 @@ def score(triples: Iterable[tuple[str, str, str]]) -> dict[str, Any]:
 # ---- the ablation: which part of our ASR path costs words ---------------------------------
 #
 # python -m wyoming_pivoice.bench.wer [--json FILE] [--limit N]
-# Every candidate cause is switched on and off alone against the server's defaults, on the
-# same corpus (bench.corpus.HOUSEHOLD), beside plain faster-whisper on the whole clip.
+# Every candidate cause is switched on and off alone against the server as it was (the fitted
+# 10 s window for all audio), on the same corpus (bench.corpus.HOUSEHOLD), beside plain
+# faster-whisper on the whole clip and the server as it is now.
 
 
 def satellite_audio(utterance: Any, vad: Any = None) -> bytes:
@@ -136,18 +138,24 @@ class Variant:
     plain: bool = False  # faster-whisper's own transcribe with its defaults (no patch)
 
 
+BEFORE = {"tight_tail_s": math.inf}  # the server as it was: the fitted window for all audio
+
 VARIANTS: tuple[Variant, ...] = (
     Variant("plain faster-whisper", "reference", {}, plain=True),
     Variant("plain faster-whisper, no fallback", "reference", {"temperature": 0.0}, plain=True),
-    Variant("server (defaults)", "—", {}),
+    Variant("server before (10 s window for all audio)", "—", BEFORE),
+    Variant("server now (30 s window after a quiet tail)", "the fix", {}),
     Variant("window 30 s (no pad_or_trim patch)", "encoder window", {"window_s": 30.0}),
-    Variant("window 20 s", "encoder window", {"window_s": 20.0}),
-    Variant("no decode cap", "decode cap", {"cap_tokens": False}),
-    Variant("no repeat trimming", "repeat trimming", {"trim_repeats": False}),
-    Variant("timestamps on", "without_timestamps", {"without_timestamps": False}),
-    Variant("no temperature fallback", "temperature fallback", {"temperature_fallback": False}),
+    Variant("window 20 s", "encoder window", {**BEFORE, "window_s": 20.0}),
+    Variant("no decode cap", "decode cap", {**BEFORE, "cap_tokens": False}),
+    Variant("no repeat trimming", "repeat trimming", {**BEFORE, "trim_repeats": False}),
+    Variant("timestamps on", "without_timestamps", {**BEFORE, "without_timestamps": False}),
+    Variant(
+        "no temperature fallback", "temperature fallback", {**BEFORE, "temperature_fallback": False}
+    ),
     Variant("satellite audio (Silero endpoint)", "satellite audio", {}, clip="satellite"),
-    Variant("satellite audio + 300 ms pad", "endpoint padding", {}, clip="satellite+pad"),
+    Variant("satellite audio, 30 s window", "encoder window", {"window_s": 30.0}, "satellite"),
+    Variant("satellite audio + 300 ms pad", "endpoint padding", BEFORE, clip="satellite+pad"),
 )
 
 
@@ -280,3 +288,127 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# ---- the bench's WER section: the same corpus through every path ---------------------------
+
+PATHS = {
+    "satellite": "the standalone satellite (default settings, speculation on): the first "
+    "turn's transcript, through the server",
+    "server": "our server on the whole clip (Wyoming, as the file is)",
+    "plain": "plain faster-whisper on the whole clip: the same weights and beam/compute type, "
+    "its own defaults (30 s window, no patch), in the bench process",
+    "wyoming-faster-whisper": "rhasspy's server on the whole clip, same model files",
+}
+
+
+async def server_transcripts(uri: str, utterances: list[Any]) -> dict[str, str]:
+    from .peers import asr_latency
+
+    out = {}
+    for utterance in utterances:
+        _seconds, text = await asr_latency(uri, utterance.pcm())
+        out[utterance.id] = text
+    return out
+
+
+def plain_transcripts(utterances: list[Any], settings: Any) -> dict[str, str]:
+    from ..engines.asr import WhisperAsr
+
+    asr = WhisperAsr(settings)
+    return {u.id: plain_transcribe(asr, u.samples()) for u in utterances}
+
+
+async def satellite_transcripts(
+    uri: str,
+    utterances: list[Any],
+    silence_ms: int,
+    speculate_ms: int,
+    timeout: float,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict[str, str], dict[str, int]]:
+    """Each utterance said once to a real satellite: the transcript of the turn it started
+    (what the assistant answers), and how many turns it became (a split loses words)."""
+    from .rig import Config, Rig
+
+    rig = Rig(Config("wer", "satellite", "streaming", speculate_ms), uri, silence_ms)
+    await rig.start()
+    texts, turns = {}, {}
+    try:
+        for utterance in utterances:
+            outcome = await rig.turn(utterance.pcm(), timeout)
+            texts[utterance.id] = outcome.records[0]["transcript"] if outcome.records else ""
+            turns[utterance.id] = len(outcome.records)
+            if progress:
+                progress(f"wer satellite {utterance.id}")
+    finally:
+        await rig.stop()
+    return texts, turns
+
+
+def section(utterances: list[Any], transcripts: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """{path: score} over the same utterances, plus the per-utterance rows."""
+    scores = {
+        name: score((u.id, u.text, texts.get(u.id, "")) for u in utterances)
+        for name, texts in transcripts.items()
+    }
+    out: dict[str, Any] = {
+        "what": {name: PATHS.get(name, name) for name in transcripts},
+        "normaliser": "whisper-normalizer EnglishTextNormalizer + H:MM and o'clock rules",
+        "overall": {
+            name: {k: v for k, v in s.items() if k != "per_utterance"} for name, s in scores.items()
+        },
+        "per_utterance": {
+            u.id: {
+                "text": u.text,
+                "voice": u.voice,
+                **{
+                    name: {
+                        "hypothesis": s["per_utterance"][u.id]["hypothesis"],
+                        "errors": s["per_utterance"][u.id]["errors"],
+                    }
+                    for name, s in scores.items()
+                },
+                "words": len(normalise(u.text).split()),
+            }
+            for u in utterances
+        },
+    }
+    return out
+
+
+def render(wer: dict[str, Any]) -> list[str]:
+    from .tables import render_table
+
+    overall = wer["overall"]
+    names = list(overall)
+    out = [f"Word error rate ({wer['normaliser']}):"]
+    rows = [
+        [
+            name,
+            f"{s['wer'] * 100:.1f} %" if s["wer"] is not None else "–",
+            f"{s['errors']} / {s['words']}",
+            f"{s['exact']}/{s['utterances']}",
+        ]
+        for name, s in overall.items()
+    ]
+    out.append(render_table(["path", "WER", "errors / words", "exact"], rows))
+    if "turns" in wer:
+        split = sum(1 for n in wer["turns"].values() if n != 1)
+        out.append(f"  satellite: {split} utterance(s) not heard as exactly one turn")
+    rows = []
+    for ident, row in wer["per_utterance"].items():
+        if all(row[name]["errors"] == 0 for name in names):
+            continue
+        rows.append(
+            [
+                ident,
+                str(row["words"]),
+                *(f"{row[n]['errors']}: {row[n]['hypothesis']}" for n in names),
+            ]
+        )
+    if rows:
+        out.append("Utterances with an error on some path (errors: transcript):")
+        out.append(render_table(["utterance", "words", *names], rows))
+    out.append("")
+    return out
