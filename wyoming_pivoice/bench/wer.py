@@ -145,6 +145,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("plain faster-whisper, no fallback", "reference", {"temperature": 0.0}, plain=True),
     Variant("server before (10 s window for all audio)", "—", BEFORE),
     Variant("server now (30 s window after a quiet tail)", "the fix", {}),
+    Variant("server now without decode cap", "decode cap", {"cap_tokens": False}),
     Variant("window 30 s (no pad_or_trim patch)", "encoder window", {"window_s": 30.0}),
     Variant("window 20 s", "encoder window", {**BEFORE, "window_s": 20.0}),
     Variant("no decode cap", "decode cap", {**BEFORE, "cap_tokens": False}),

@@ -33,7 +33,7 @@ class AsrSettings:
     # faster-whisper's temperature fallback: a decode that fails its checks is sampled again
     # at rising temperatures (random: the same audio can give two transcripts).
     temperature_fallback: bool = True
-    cap_tokens: bool = True  # decoding cap by audio length (max_tokens)
+    cap_tokens: bool = True  # decoding cap by audio length (max_tokens), fitted window only
     trim_repeats: bool = True  # collapse_repeats on each segment
 
 
@@ -98,19 +98,22 @@ class WhisperAsr:
         lang = "en" if self.english_only else (language or self.settings.language)
         seconds = audio.size / 16000
         settings = self.settings
+        frames = fitted_frames(audio, settings.window_s, settings.tight_tail_s)
         options: dict = {}
         if not settings.temperature_fallback:
             options["temperature"] = 0.0
-        if settings.cap_tokens:
+        # The cap guards the fitted window (where tiny.en loops); in the 30 s window it only
+        # cut the fallback's sampled decodes short (69-76 errors with it, 60 without, plain
+        # faster-whisper 65-69 on the household corpus; docs/asr.md).
+        if settings.cap_tokens and frames is not None:
             options["max_new_tokens"] = max_tokens(seconds)
-        frames = fitted_frames(audio, settings.window_s, settings.tight_tail_s)
         segments, _info = self.model.transcribe(
             audio,
             language=lang,
             beam_size=settings.beam_size,
             initial_prompt=settings.initial_prompt,
             # Audio not cut tightly (a file, Home Assistant's stream) is decoded as plain
-            # faster-whisper decodes it: its 30 s window and its timestamps (docs/asr.md).
+            # faster-whisper decodes it: its 30 s window, its timestamps, no cap (docs/asr.md).
             without_timestamps=settings.without_timestamps and frames is not None,
             condition_on_previous_text=False,
             vad_filter=False,  # the satellite already trims with Silero VAD
