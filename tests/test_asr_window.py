@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from wyoming_pivoice.engines.asr import AsrSettings, WhisperAsr
-from wyoming_pivoice.engines.whisper_window import _pad_or_trim, encoder_window, window_frames
+from wyoming_pivoice.engines.whisper_window import (
+    _pad_or_trim,
+    encoder_window,
+    fitted_frames,
+    quiet_tail_s,
+    window_frames,
+)
 
 from .helpers import make_speech, read_wav
 
@@ -19,6 +25,29 @@ def test_window_fits_the_audio_within_its_bounds() -> None:
     assert window_frames(29.5, 10) == 3000  # never beyond Whisper's 30 s
     assert window_frames(45.0, 10) == 3000
     assert window_frames(2.0, 15) == 1500
+
+
+def _tone(seconds: float, dbfs: float = -20.0) -> np.ndarray:
+    t = np.arange(int(seconds * 16000)) / 16000
+    return (np.sin(2 * np.pi * 220 * t) * 10 ** (dbfs / 20)).astype(np.float32)
+
+
+def test_only_audio_cut_tightly_after_the_speech_gets_the_fitted_window() -> None:
+    quiet = np.zeros(16000, dtype=np.float32)
+    tight = np.concatenate([quiet[:4800], _tone(1.5), quiet[:1600]])  # as the satellite cuts
+    loose = np.concatenate([quiet[:4800], _tone(1.5), quiet[:12800]])  # 0.8 s of silence after
+    assert quiet_tail_s(tight) == pytest.approx(0.1, abs=0.011)
+    assert quiet_tail_s(loose) == pytest.approx(0.8, abs=0.011)
+    assert fitted_frames(tight, 10) == 1000
+    assert fitted_frames(loose, 10) is None  # Whisper's 30 s window
+    assert fitted_frames(tight, 30) is None
+    assert fitted_frames(loose, 10, max_tail_s=float("inf")) == 1000  # the old behaviour
+    # A room's hiss 40 dB under the voice is quiet; a voice going on to the end is not.
+    hiss = np.random.default_rng(0).standard_normal(12800).astype(np.float32) * 10 ** (-60 / 20)
+    assert fitted_frames(np.concatenate([_tone(1.5), hiss]), 10) is None
+    assert fitted_frames(np.concatenate([_tone(1.5), _tone(0.8, -40.0)]), 10) == 1000
+    assert fitted_frames(quiet, 10) is None  # silence alone: nothing to fit
+    assert quiet_tail_s(np.zeros(0, dtype=np.float32)) == 0.0
 
 
 def test_padding_follows_the_window_and_never_cuts_audio() -> None:
@@ -46,7 +75,14 @@ def _samples(path: Path) -> np.ndarray:
 
 
 def test_short_command_is_heard_with_the_short_window(asr: WhisperAsr, kitchen_wav: Path) -> None:
-    assert "kitchen light" in asr.transcribe(_samples(kitchen_wav)).lower()
+    samples = _samples(kitchen_wav)
+    tight = samples[
+        : samples.size - int(0.9 * 16000)
+    ]  # cut 0.1 s after the voice, as the satellite
+    assert fitted_frames(tight, 10) == 1000
+    assert "kitchen light" in asr.transcribe(tight).lower()
+    assert fitted_frames(samples, 10) is None  # the whole file: Whisper's 30 s window
+    assert "kitchen light" in asr.transcribe(samples).lower()
 
 
 def test_speech_longer_than_the_window_is_heard_to_its_end(

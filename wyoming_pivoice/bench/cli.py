@@ -165,6 +165,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     knowledge.add_argument("--knowledge-mb", type=float, default=10.0, help="notes to generate")
 
+    parser.add_argument(
+        "--wer",
+        action="store_true",
+        help="word error rate on the household corpus (59 commands and questions, 8 voices, "
+        "a real recording) through the satellite, the server on the whole clip, plain "
+        "faster-whisper and wyoming-faster-whisper where installed (alone, it skips the "
+        "latency bench); --utterances limits it",
+    )
+
     soak = parser.add_argument_group("soak")
     soak.add_argument(
         "--soak",
@@ -185,7 +194,8 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     unknown = set(pipelines) - {"streaming", "sequential"}
     if unknown:
         raise SystemExit(f"unknown pipeline(s): {', '.join(sorted(unknown))}")
-    rounds = args.rounds if args.rounds is not None else (0 if args.soak or args.room else 3)
+    alone = args.soak or args.room or args.wer
+    rounds = args.rounds if args.rounds is not None else (0 if alone else 3)
     return BenchOptions(
         rounds=rounds,
         utterances=args.utterances,
@@ -214,6 +224,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         room_cases=args.room_cases,
         room_rounds=args.room_rounds,
         load=args.load,
+        wer=args.wer,
     )
 
 

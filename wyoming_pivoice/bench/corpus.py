@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import wave
 from dataclasses import asdict, dataclass
@@ -30,9 +32,10 @@ VOICED_DBFS = -35.0  # a 10 ms frame louder than this counts as voiced when we m
 class Line:
     id: str
     text: str
-    voice: str  # "espeak:<voice>" or "piper"
+    voice: str  # "espeak:<voice>[:<words per minute>]", "piper" or "human:<file>"
     kind: str  # "command" or "question"
     words: tuple[str, ...]  # words the transcript must contain (lower case) to count as heard
+    tempo: float = 1.0  # sox tempo (speed without pitch change) after synthesis
 
 
 LINES: tuple[Line, ...] = (
@@ -97,6 +100,147 @@ LINES: tuple[Line, ...] = (
 )
 
 
+def _household() -> tuple[Line, ...]:
+    """The WER corpus: what a household says to a voice assistant, in rotating voices.
+
+    Each text is spoken by one of VOICES in turn (espeak-ng's American, British, Scottish
+    and Caribbean English, a female variant, three speeds, sox tempo on two), so every voice
+    meets every kind of sentence; the last line is a real person (CMU ARCTIC).
+    """
+    lines = []
+    for index, (ident, text) in enumerate(HOUSEHOLD_TEXTS):
+        voice, tempo = VOICES[index % len(VOICES)]
+        kind = "question" if text.endswith("?") else "command"
+        lines.append(Line(ident, text, voice, kind, (), tempo))
+    lines.append(Line("arctic", ARCTIC_TEXT, f"human:{ARCTIC_WAV}", "statement", ()))
+    return tuple(lines)
+
+
+# (voice, sox tempo): espeak-ng voices ship with espeak-ng itself (no mbrola).
+VOICES: tuple[tuple[str, float], ...] = (
+    ("espeak:en-us:150", 1.0),
+    ("espeak:en-gb:165", 1.0),
+    ("espeak:en-us+f3:175", 1.0),
+    ("espeak:en-gb-scotland:150", 1.0),
+    ("espeak:en-us:130", 1.15),  # slow voice, sped up by sox: a different timbre and rhythm
+    ("espeak:en-029:160", 1.0),
+    ("espeak:en-gb-x-rp+m3:185", 1.0),
+    ("espeak:en-us+f2:150", 0.9),
+)
+
+HOUSEHOLD_TEXTS: tuple[tuple[str, str], ...] = (
+    ("lock_front", "Lock the front door."),
+    ("unlock_back", "Unlock the back door."),
+    ("garage_closed", "Is the garage door closed?"),
+    ("lock_all", "Lock all the doors and turn off the lights."),
+    ("thermo_21", "Set the thermostat to twenty one degrees."),
+    ("heat_up", "Turn the heating up by two degrees."),
+    ("bedroom_temp", "What is the temperature in the bedroom?"),
+    ("living_19", "Set the living room to nineteen degrees at ten tonight."),
+    ("timer_10", "Set a timer for ten minutes."),
+    ("timer_75", "Set a timer for one hour and fifteen minutes."),
+    ("pasta_left", "How much time is left on the pasta timer?"),
+    ("egg_cancel", "Cancel the egg timer."),
+    ("list_milk", "Add milk to the shopping list."),
+    ("list_three", "Add eggs, bread and butter to my shopping list."),
+    ("list_what", "What is on my shopping list?"),
+    ("list_remove", "Remove bananas from the grocery list."),
+    ("kitchen_on", "Turn on the kitchen lights."),
+    ("living_off", "Turn off all the lights in the living room please."),
+    ("hall_dim", "Dim the hallway lights to thirty percent."),
+    ("office_fan", "Switch on the fan in the office."),
+    ("call_sarah", "Call Sarah on her mobile."),
+    ("text_david", "Send a message to David saying I will be late."),
+    ("remind_grandma", "Remind me to call Grandma at six o'clock."),
+    ("remind_trash", "Remind me to take out the trash on Tuesday."),
+    ("weather", "What is the weather like today?"),
+    ("rain", "Will it rain tomorrow morning?"),
+    ("leap_is", "Is this a leap year?"),
+    ("leap_days", "How many days are there in a leap year?"),
+    ("times", "What is twelve times fifteen?"),
+    ("sqrt", "What is the square root of one hundred and forty four?"),
+    ("wake_730", "Wake me up at seven thirty tomorrow."),
+    ("alarm_645", "Set an alarm for six forty five."),
+    ("music", "Play some relaxing music in the bedroom."),
+    ("pause", "Pause the music."),
+    ("volume", "Turn the volume down to four."),
+    ("next_song", "Play the next song."),
+    ("blinds", "Open the blinds in the kitchen."),
+    ("curtains", "Close the curtains in Emma's room."),
+    ("vacuum", "Start the vacuum cleaner."),
+    ("washing", "Is the washing machine finished?"),
+    ("porch", "Turn on the porch light at sunset."),
+    ("doorbell", "Did anyone ring the doorbell?"),
+    ("camera", "Show me the front door camera."),
+    ("time_now", "What time is it right now?"),
+    ("date", "What is the date today?"),
+    ("boil_egg", "How long does it take to boil an egg?"),
+    ("joke", "Can you tell me a short joke?"),
+    ("france", "What is the capital city of France?"),
+    ("sky", "Why is the sky blue?"),
+    ("tv_off", "Turn off the television in the den."),
+    ("oven", "Set the oven to two hundred degrees."),
+    ("coffee", "Turn on the coffee machine."),
+    ("minutes", "How many minutes are in three hours?"),
+    ("arm", "Arm the alarm system."),
+    ("who_door", "Who is at the front door?"),
+    ("mom", "Call Mom."),
+    ("bath_fan", "Turn the bathroom fan off in twenty minutes."),
+    ("fridge", "Is the fridge door open?"),
+)
+
+# CMU ARCTIC a0007 (speaker SLT), the recording pysptk's sdist carries: free for any use
+# under CMU's notice (its COPYING). Fetched with pip, never committed.
+ARCTIC_PACKAGE = "pysptk==1.0.1"
+ARCTIC_WAV = "arctic_a0007.wav"
+ARCTIC_TEXT = "And you always want to see it in the superlative degree."
+
+
+def human_recording(name: str, cache: Path | None = None) -> Path:
+    """A recording from the pysptk sdist on PyPI, downloaded once with pip into a cache."""
+    cache = (
+        cache
+        or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        / "wyoming-pivoice"
+        / "human"
+    )
+    target = cache / name
+    if target.is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="pivoice-sdist-") as tmp:
+        # --no-binary for pysptk alone: the sdist holds the audio, its build tools are wheels.
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                "pysptk",
+                ARCTIC_PACKAGE,
+                "-d",
+                tmp,
+            ],
+            check=True,
+        )
+        (sdist,) = Path(tmp).glob("pysptk-*.tar.gz")
+        with tarfile.open(sdist) as tar:
+            member = next(m for m in tar.getmembers() if m.name.endswith(f"/{name}"))
+            source = tar.extractfile(member)
+            if source is None:
+                raise FileNotFoundError(f"{name} is not a file in {sdist.name}")
+            partial = target.with_suffix(".part")
+            partial.write_bytes(source.read())
+            partial.replace(target)
+    return target
+
+
+HOUSEHOLD: tuple[Line, ...] = _household()
+
+
 @dataclass(frozen=True)
 class Utterance:
     id: str
@@ -108,6 +252,7 @@ class Utterance:
     duration_s: float  # whole file, silence included
     speech_start_s: float  # first voiced 10 ms frame
     speech_end_s: float  # end of the last voiced 10 ms frame
+    tempo: float = 1.0
 
     @property
     def speech_s(self) -> float:
@@ -177,10 +322,21 @@ def build(
             raw[line.id] = out
             if line.voice == "piper":
                 piper_jobs.append({"text": line.text, "path": str(out)})
+            elif line.voice.startswith("human:"):
+                raw[line.id] = human_recording(line.voice.split(":", 1)[1])
             else:
-                espeak_voice = line.voice.split(":", 1)[1]
+                _, espeak_voice, *speed = line.voice.split(":")
                 subprocess.run(
-                    ["espeak-ng", "-v", espeak_voice, "-s", "150", "-w", str(out), line.text],
+                    [
+                        "espeak-ng",
+                        "-v",
+                        espeak_voice,
+                        "-s",
+                        speed[0] if speed else "150",
+                        "-w",
+                        str(out),
+                        line.text,
+                    ],
                     check=True,
                 )
         if piper_jobs:
@@ -201,6 +357,7 @@ def build(
                     "-b",
                     "16",
                     str(path),
+                    *(["tempo", "-s", str(line.tempo)] if line.tempo != 1.0 else []),
                     "pad",
                     str(PAD_BEFORE_S),
                     str(PAD_AFTER_S),
@@ -216,6 +373,7 @@ def build(
                     voice=line.voice,
                     kind=line.kind,
                     words=line.words,
+                    tempo=line.tempo,
                     path=str(path),
                     duration_s=samples.size / RATE,
                     speech_start_s=start,

@@ -38,3 +38,4 @@ class BenchOptions:
     room_cases: str = "targets"  # targets (issue #20's rooms) | grid (the older grid) | all
     room_rounds: int = 1  # each room's script this often (5 replies, 2 barge-ins a round)
     load: int = 0  # busy processes beside the room runs
+    wer: bool = False  # word error rate of every ASR path on the household corpus

@@ -180,25 +180,7 @@ def run(
         report["asr"] = {"status": "not installed: pip install wyoming-faster-whisper"}
     else:
         port = servers.free_port()
-        data_dir = Path(tempfile.mkdtemp(prefix="fw-data-", dir=workdir))
-        argv = [
-            *whisper.argv,
-            "--uri",
-            f"tcp://127.0.0.1:{port}",
-            "--model",
-            resolve_whisper(asr.model),
-            "--data-dir",
-            str(data_dir),
-            "--local-files-only",
-            "--language",
-            asr.language or "en",
-            "--beam-size",
-            str(asr.beam_size),
-            "--compute-type",
-            asr.compute_type,
-            "--cpu-threads",
-            str(threads),
-        ]
+        argv = _whisper_argv(whisper, port, workdir, asr, threads)
         try:
             with servers.child(
                 "wyoming-faster-whisper", argv, port, workdir / "faster-whisper.log"
@@ -242,6 +224,54 @@ def run(
             _LOGGER.exception("wyoming-piper failed")
             report["tts"] = {"status": f"failed: {err}", "peer": piper.where}
     return report
+
+
+def _whisper_argv(
+    whisper: PeerCommand, port: int, workdir: Path, asr: AsrSettings, threads: int
+) -> list[str]:
+    data_dir = Path(tempfile.mkdtemp(prefix="fw-data-", dir=workdir))
+    return [
+        *whisper.argv,
+        "--uri",
+        f"tcp://127.0.0.1:{port}",
+        "--model",
+        resolve_whisper(asr.model),
+        "--data-dir",
+        str(data_dir),
+        "--local-files-only",
+        "--language",
+        asr.language or "en",
+        "--beam-size",
+        str(asr.beam_size),
+        "--compute-type",
+        asr.compute_type,
+        "--cpu-threads",
+        str(threads),
+    ]
+
+
+def whisper_transcripts(
+    utterances: list[Utterance], workdir: Path, venv: Path | None, asr: AsrSettings
+) -> dict[str, Any]:
+    """wyoming-faster-whisper's transcript of each whole clip (for the WER section), or why
+    there is none: {"status", "texts"}."""
+    whisper = find_peer("wyoming_faster_whisper", "wyoming-faster-whisper", venv)
+    if whisper is None:
+        return {"status": "not installed: pip install wyoming-faster-whisper"}
+    port = servers.free_port()
+    argv = _whisper_argv(whisper, port, workdir, asr, asr.threads or os.cpu_count() or 1)
+    try:
+        with servers.child(
+            "wyoming-faster-whisper", argv, port, workdir / "faster-whisper-wer.log"
+        ) as peer:
+
+            async def all_texts() -> dict[str, str]:
+                return {u.id: (await asr_latency(peer.uri, u.pcm()))[1] for u in utterances}
+
+            return {"status": "ok", "texts": asyncio.run(all_texts()), "peer": whisper.where}
+    except Exception as err:  # a peer that will not start is reported, not fatal
+        _LOGGER.exception("wyoming-faster-whisper failed")
+        return {"status": f"failed: {err}", "peer": whisper.where}
 
 
 async def _compare_asr(

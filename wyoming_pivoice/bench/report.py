@@ -139,6 +139,10 @@ def render(result: dict[str, Any]) -> str:
     for key, section in (("peers", render_peers), ("knobs", render_knobs), ("soak", render_soak)):
         if result.get(key):
             out.extend(section(result[key]))
+    if result.get("wer"):
+        from .wer import render as render_wer
+
+        out.extend(render_wer(result["wer"]))
     if result.get("room"):
         out.extend(render_room(result["room"]))
     if result.get("remote_llm"):

@@ -75,7 +75,7 @@ def run(options: BenchOptions) -> dict[str, Any]:
         },
     }
     remote_llm = bool(options.rounds) and remote.uses_remote(options.server_args)
-    if configs or options.peers or options.soak or remote_llm:
+    if configs or options.peers or options.soak or remote_llm or options.wer:
         _server_sections(result, options, utterances, configs, workdir)
     if options.room:
         result["room"] = _room(options, utterances, workdir)
@@ -170,12 +170,45 @@ def _server_sections(
                 rounds=options.peer_rounds,
                 progress=bar.step,
             )
+        if options.wer:
+            result["wer"] = _wer(options, server.uri, workdir)
         if options.soak:
             from .soak import soak
 
             result["soak"] = asyncio.run(soak(server, utterances, options))
         if options.rounds and server.proc is not None and remote.uses_remote(options.server_args):
             result["remote_llm"] = _remote_overhead(options, utterances, server, workdir)
+
+
+def _wer(options: BenchOptions, uri: str, workdir: Path) -> dict[str, Any]:
+    """The household corpus through every ASR path, scored against its text (bench/wer.py)."""
+    from . import peers, wer
+
+    corpus_dir = (options.corpus_dir or workdir / "corpus") / "household"
+    utterances = corpus_mod.build(corpus_dir, options.utterances, corpus_mod.HOUSEHOLD)
+    asr = _engine_settings(options.server_args)[0]
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    bar = Progress(len(utterances), "wer satellite")
+    satellite, turns = asyncio.run(
+        wer.satellite_transcripts(
+            uri,
+            utterances,
+            options.silence_ms,
+            options.speculate_ms,
+            options.turn_timeout,
+            bar.step,
+        )
+    )
+    texts = {"satellite": satellite, "server": asyncio.run(wer.server_transcripts(uri, utterances))}
+    texts["plain"] = wer.plain_transcripts(utterances, asr)
+    peer = peers.whisper_transcripts(utterances, workdir, options.peers_venv, asr)
+    if peer["status"] == "ok":
+        texts["wyoming-faster-whisper"] = peer["texts"]
+    section = wer.section(utterances, texts)
+    section["turns"] = turns
+    section["wyoming-faster-whisper"] = {k: v for k, v in peer.items() if k != "texts"}
+    section["load_average"] = {"start": load_start, "end": [round(x, 2) for x in os.getloadavg()]}
+    return section
 
 
 def _room(options: BenchOptions, utterances: list, workdir: Path) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..models import ModelStore, cached_whisper, resolve_whisper, whisper_name
 from .protocols import EngineDescription
-from .whisper_window import FULL_WINDOW_S, encoder_window, window_frames
+from .whisper_window import FULL_WINDOW_S, TIGHT_TAIL_S, encoder_window, fitted_frames
 
 
 @dataclass(frozen=True)
@@ -23,12 +23,21 @@ class AsrSettings:
     language: str | None = "en"
     initial_prompt: str | None = None
     threads: int = 0  # 0: CTranslate2 picks
-    without_timestamps: bool = True
-    # Shortest encoder window in seconds; the window fits the utterance above it (see
-    # whisper_window). 30 is Whisper's fixed window.
+    without_timestamps: bool = True  # for audio cut tightly (the fitted window) only
+    # Shortest encoder window in seconds for audio cut tightly after the speech; the window
+    # fits the utterance above it, and audio that ends in silence gets Whisper's fixed 30 s
+    # (see whisper_window). 30: always Whisper's window.
     window_s: float = 10.0
     engine: str = "faster-whisper"  # its name in engines/registry.py
     store: ModelStore = field(default_factory=ModelStore)  # where named models download to
+    # Audio whose quiet tail is longer than this is not cut tightly: Whisper's 30 s window
+    # (math.inf: the fitted window for all audio, as before).
+    tight_tail_s: float = TIGHT_TAIL_S
+    # faster-whisper's temperature fallback: a decode that fails its checks is sampled again
+    # at rising temperatures (random: the same audio can give two transcripts).
+    temperature_fallback: bool = True
+    cap_tokens: bool = True  # decoding cap by audio length (max_tokens), fitted window only
+    trim_repeats: bool = True  # collapse_repeats on each segment
 
 
 # Nobody speaks faster than ~4 words (≈6 tokens) a second; a segment decoding far more
@@ -122,23 +131,35 @@ class WhisperAsr:
             return
         lang = "en" if self.english_only else (language or self.settings.language)
         seconds = audio.size / 16000
+        settings = self.settings
+        frames = fitted_frames(audio, settings.window_s, settings.tight_tail_s)
+        options: dict = {}
+        if not settings.temperature_fallback:
+            options["temperature"] = 0.0
+        # The cap guards the fitted window (where tiny.en loops); in the 30 s window it only
+        # cut the fallback's sampled decodes short (69-76 errors with it, 60 without, plain
+        # faster-whisper 65-69 on the household corpus; docs/asr.md).
+        if settings.cap_tokens and frames is not None:
+            options["max_new_tokens"] = max_tokens(seconds)
         segments, _info = self.model.transcribe(
             audio,
             language=lang,
-            beam_size=self.settings.beam_size,
-            initial_prompt=self.settings.initial_prompt,
-            without_timestamps=self.settings.without_timestamps,
+            beam_size=settings.beam_size,
+            initial_prompt=settings.initial_prompt,
+            # Audio not cut tightly (a file, Home Assistant's stream) is decoded as plain
+            # faster-whisper decodes it: its 30 s window, its timestamps, no cap (docs/asr.md).
+            without_timestamps=settings.without_timestamps and frames is not None,
             condition_on_previous_text=False,
             vad_filter=False,  # the satellite already trims with Silero VAD
-            max_new_tokens=max_tokens(seconds),
+            **options,
         )
-        window = self.settings.window_s
-        frames = None if window >= FULL_WINDOW_S else window_frames(seconds, window)
         with encoder_window(frames):
             for segment in segments:  # decoding happens lazily, segment by segment
                 if cancel is not None and cancel.is_set():
                     return
-                text = collapse_repeats(segment.text.strip())
+                text = segment.text.strip()
+                if settings.trim_repeats:
+                    text = collapse_repeats(text)
                 # Noise can decode to a lone "." — nothing was said.
                 if any(ch.isalnum() for ch in text):
                     yield text

@@ -13,6 +13,14 @@ Below 10 s it falls apart (120 utterances, 10/8/6/4 s minimum: WER 0.27/0.52/1.3
 loops 2/5/9/13) for 134/122/105/86 ms, so 10 s it is.
 Frames are only ever padded less, never trimmed beyond what the original trims: audio
 longer than the window keeps Whisper's own 30 s seeking.
+
+The fitted window is only for audio cut tightly around the speech, as the satellite's
+endpoint cuts it (≤ 0.25 s after the voice). Audio that goes on in silence after the speech
+(a WAV file, Home Assistant's own endpointing) decodes better in Whisper's 30 s window: on
+the household corpus (docs/asr.md; 59 clips, 375 words) the whole clips made 75 errors in
+the 10 s window against 64-68 in the 30 s one, while the satellite's cut of the same clips
+made 71-74 in the 10 s window against 81 in the 30 s one. `fitted` tells them apart by the
+quiet tail (10 ms frames 30 dB below the loudest).
 """
 
 from __future__ import annotations
@@ -23,11 +31,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import faster_whisper.transcribe as _transcribe
+import numpy as np
 from faster_whisper.audio import pad_or_trim as _original_pad_or_trim
 
 FRAMES_PER_S = 100  # Whisper's mel hop is 10 ms
 FULL_WINDOW_S = 30
 MARGIN_S = 1.0
+QUIET_DB = 30.0  # a 10 ms frame this far below the loudest one is quiet
+# The satellite's audio ends 0.06-0.22 s after the voice by this measure (its endpoint keeps
+# 64 ms of pad); whole clips and Home Assistant's audio end in ≥ 0.7 s of silence.
+TIGHT_TAIL_S = 0.5
 
 _local = threading.local()
 
@@ -36,6 +49,33 @@ def window_frames(audio_s: float, min_s: float) -> int:
     """Mel frames for the encoder: the audio plus a margin, within [min_s, 30 s]."""
     seconds = max(min_s, math.ceil(audio_s + MARGIN_S))
     return int(min(FULL_WINDOW_S, seconds) * FRAMES_PER_S)
+
+
+def quiet_tail_s(audio: np.ndarray, rate: int = 16000) -> float:
+    """Seconds of quiet at the end of the audio (after its last frame within QUIET_DB of the
+    loudest); all of it when nothing is louder than digital silence."""
+    frame = rate // FRAMES_PER_S
+    count = audio.size // frame
+    if count == 0:
+        return audio.size / rate
+    frames = audio[: count * frame].reshape(count, frame).astype(np.float64)
+    rms = np.sqrt(np.mean(frames * frames, axis=1))
+    peak = float(rms.max())
+    if peak <= 0.0:
+        return audio.size / rate
+    loud = np.flatnonzero(rms > peak * 10 ** (-QUIET_DB / 20))
+    return (audio.size - (int(loud[-1]) + 1) * frame) / rate
+
+
+def fitted_frames(
+    audio: np.ndarray, min_s: float, max_tail_s: float = TIGHT_TAIL_S, rate: int = 16000
+) -> int | None:
+    """The encoder window for this audio: fitted (window_frames) when it is cut tightly after
+    the speech, None (Whisper's 30 s) when its quiet tail is longer than max_tail_s or min_s
+    is 30."""
+    if min_s >= FULL_WINDOW_S or quiet_tail_s(audio, rate) > max_tail_s:
+        return None
+    return window_frames(audio.size / rate, min_s)
 
 
 def _pad_or_trim(array, length: int = FULL_WINDOW_S * FRAMES_PER_S, *, axis: int = -1):
