@@ -394,15 +394,7 @@ class PyAudioSink(QueuedSink):
 
         if self._pa is None:
             self._pa = pyaudio.PyAudio()
-        pa = self._pa
-        self._stream = pa.open(
-            format=pa.get_format_from_width(fmt.width),
-            channels=fmt.channels,
-            rate=fmt.rate,
-            output=True,
-            output_device_index=find_device(pa, self.device, want_input=False),
-            frames_per_buffer=self.PIECE_FRAMES,
-        )
+        self._stream = open_output(self._pa, self.device, fmt, self.PIECE_FRAMES)
 
     async def _open(self, fmt: AudioFormat) -> None:
         await super()._open(fmt)
@@ -462,6 +454,18 @@ class PyAudioSink(QueuedSink):
         if pa is not None:
             await self._call(pa.terminate)
         self._executor.shutdown(wait=False)
+
+
+def open_output(pa: Any, device: str | None, fmt: AudioFormat, frames: int) -> Any:
+    """A PortAudio output stream in `fmt` on the named device (both speakers open it so)."""
+    return pa.open(
+        format=pa.get_format_from_width(fmt.width),
+        channels=fmt.channels,
+        rate=fmt.rate,
+        output=True,
+        output_device_index=find_device(pa, device, want_input=False),
+        frames_per_buffer=frames,
+    )
 
 
 def open_sink(snd: SndSettings) -> AudioSink:
@@ -590,14 +594,7 @@ class PyAudioDevice:
         import pyaudio
 
         self._pa = pa = pyaudio.PyAudio()
-        self._stream = pa.open(
-            format=pa.get_format_from_width(fmt.width),
-            channels=fmt.channels,
-            rate=fmt.rate,
-            output=True,
-            output_device_index=find_device(pa, self.device, want_input=False),
-            frames_per_buffer=self.FRAMES,
-        )
+        self._stream = open_output(pa, self.device, fmt, self.FRAMES)
 
     def wait_taking(self, primer: bytes, timeout: float) -> None:
         self.write(primer)

@@ -28,16 +28,11 @@ from wyoming.ping import Ping
 from ..realtime import Backoff
 from ..text import PhraseSplitter
 from ..timing import TurnClock
+from ..wire.follow import FOLLOW, HEARD, OWN_TTS, REPLY_FAILED, REPLY_START, SPOKEN
 from .stages import AudioPiece, Connection, ServerLink, StreamingSynthesizer
 
 _LOGGER = logging.getLogger(__name__)
 
-FOLLOW = "pivoice-follow"
-HEARD = "pivoice-heard"
-SPOKEN = "pivoice-spoken"
-OWN_TTS = "pivoice-own-tts"
-REPLY_START = "pivoice-reply-start"
-REPLY_FAILED = "pivoice-reply-failed"
 KEEPALIVE_S = 60.0  # the server closes a connection idle for 300 s
 OUTBOX_MAX = 64
 

@@ -42,15 +42,19 @@ from typing import Any
 from wyoming.event import Event
 from wyoming.handle import Handled, HandledChunk
 
+from ..wire.follow import (  # noqa: F401  (the names handler.py and the tests read here)
+    FOLLOW,
+    HEARD,
+    OWN_TTS,
+    REPLY_FAILED,
+    REPLY_START,
+    SATELLITE_EVENTS,
+    SPOKEN,
+)
+
 _LOGGER = logging.getLogger(__name__)
 
-FOLLOW = "pivoice-follow"
-HEARD = "pivoice-heard"
-SPOKEN = "pivoice-spoken"
-OWN_TTS = "pivoice-own-tts"
-REPLY_START = "pivoice-reply-start"
-REPLY_FAILED = "pivoice-reply-failed"
-EVENTS = frozenset({FOLLOW, HEARD, SPOKEN, OWN_TTS})
+EVENTS = SATELLITE_EVENTS
 
 WINDOW_S = 5.0  # HA sends the transcript to the satellite and the turn to us at once
 OUTBOX_MAX = 1024  # events a follower has not taken: past it, it stops being followed

@@ -1,0 +1,13 @@
+"""The events of our own follow protocol, spoken by both ends: a Home Assistant satellite of
+ours (satellite/ha_follow.py) and the server it follows (server/follow.py). One spelling here,
+so the two ends cannot drift apart."""
+
+from __future__ import annotations
+
+FOLLOW = "pivoice-follow"  # satellite → server: follow the turns HA sends for this satellite id
+HEARD = "pivoice-heard"  # satellite → server: the transcript HA sent us (joins older HA)
+SPOKEN = "pivoice-spoken"  # satellite → server: the followed reply has played
+OWN_TTS = "pivoice-own-tts"  # satellite → server, first on a TTS connection: a followed reply
+REPLY_START = "pivoice-reply-start"  # server → satellite: a reply to this satellite begins
+REPLY_FAILED = "pivoice-reply-failed"  # server → satellite: that reply ended without an answer
+SATELLITE_EVENTS = frozenset({FOLLOW, HEARD, SPOKEN, OWN_TTS})  # what the server accepts
