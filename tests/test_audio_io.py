@@ -17,7 +17,7 @@ import psutil
 import pytest
 from wyoming.audio import AudioFormat
 
-from wyoming_pivoice.satellite.audio_in import (
+from wyoming_pivoice.audio.mic import (
     CHUNK_BYTES,
     CHUNK_SECONDS,
     CommandSource,
@@ -25,7 +25,7 @@ from wyoming_pivoice.satellite.audio_in import (
     open_source,
     read_wav_16k,
 )
-from wyoming_pivoice.satellite.audio_out import PRIMER_SECONDS, CommandSink, NullSink, WavSink
+from wyoming_pivoice.audio.speaker import PRIMER_SECONDS, CommandSink, NullSink, WavSink
 from wyoming_pivoice.satellite.settings import MicSettings
 
 from .helpers import ALSA_FILE_DEVICES, ALSA_VANISHING_MIC, REPO, alsa_home, until, write_wav
@@ -104,7 +104,7 @@ async def test_stdin_source(tmp_path: Path) -> None:
     raw.write_bytes(pcm)
     code = (
         "import asyncio, sys\n"
-        "from wyoming_pivoice.satellite.audio_in import StdinSource\n"
+        "from wyoming_pivoice.audio.mic import StdinSource\n"
         "async def main():\n"
         "    s = StdinSource(max_lead=None); await s.open(); n = 0\n"
         "    while (c := await s.read()) is not None: n += len(c)\n"
@@ -194,8 +194,8 @@ def test_pyaudio_source_and_sink_through_alsa_file_devices(tmp_path: Path) -> No
     code = (
         "import asyncio\n"
         "from wyoming.audio import AudioFormat\n"
-        "from wyoming_pivoice.satellite.audio_in import PyAudioSource\n"
-        "from wyoming_pivoice.satellite.audio_out import PyAudioSink\n"
+        "from wyoming_pivoice.audio.mic import PyAudioSource\n"
+        "from wyoming_pivoice.audio.speaker import PyAudioSink\n"
         "async def main():\n"
         "    s = PyAudioSource('pivoicemic'); await s.open()\n"
         "    data = b''.join([await s.read() for _ in range(15)]); await s.close()\n"
@@ -270,7 +270,7 @@ def python_with_alsa(
 
 PYAUDIO_UNTIL_BACK = """
 import asyncio, sys
-from wyoming_pivoice.satellite.audio_in import PyAudioSource
+from wyoming_pivoice.audio.mic import PyAudioSource
 first = open(sys.argv[1], "rb").read()[:1024]
 async def main():
     source = PyAudioSource("pivoicemic")
@@ -336,7 +336,7 @@ PYAUDIO_TWO_REPLIES = """
 import asyncio, logging, os, sys, time, traceback
 import pyaudio
 from wyoming.audio import AudioFormat
-from wyoming_pivoice.satellite.audio_out import PyAudioSink
+from wyoming_pivoice.audio.speaker import PyAudioSink
 logging.basicConfig()
 async def main():
     pcm = open(sys.argv[1], "rb").read()
@@ -396,7 +396,7 @@ def test_pyaudio_sink_gives_up_on_a_stuck_device_and_reopens_it(tmp_path: Path) 
 async def test_the_speaker_stream_stays_open_across_replies(tmp_path: Path) -> None:
     """Continuous playout: one speaker command for every reply, silence written between
     them, and the echo canceller's reference is exactly what the command was given."""
-    from wyoming_pivoice.satellite.audio_out import CommandDevice, ContinuousSink
+    from wyoming_pivoice.audio.speaker import CommandDevice, ContinuousSink
 
     out = tmp_path / "played.raw"
     sink = ContinuousSink(CommandDevice(f"cat > '{out}'"))

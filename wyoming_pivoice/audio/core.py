@@ -6,9 +6,9 @@
 
 The thread runs its own small event loop for the microphone (so every source kind, with
 its restarts and backoff, is the same code as before) at a priority above the model work
-(realtime.raise_audio_thread), and does nothing else: a late main loop delays decisions,
+(pacing.raise_audio_thread), and does nothing else: a late main loop delays decisions,
 never the capture, so the canceller's two streams stay aligned. The speaker has its own
-thread (audio_out.ContinuousSink) that reports what it writes to the canceller. The main
+thread (speaker.ContinuousSink) that reports what it writes to the canceller. The main
 loop gets each chunk with its capture time, its VAD probability and the canceller's
 evidence for turn_policy, all computed when the chunk came in.
 """
@@ -24,11 +24,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..realtime import raise_audio_thread
+from ..satellite.endpoint import Endpointer
+from ..satellite.protocols import AudioSource, Hearing
+from ..satellite.turn_policy import Decision, Evidence, decide
 from .echo import EchoCanceller
-from .endpoint import Endpointer, Hearing
-from .protocols import AudioSource
-from .turn_policy import Decision, Evidence, decide
+from .format import CHUNK_SECONDS
+from .pacing import raise_audio_thread
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class CoreSource:
         self.chunk_time: float | None = None
         self.frame: Frame | None = None  # the chunk read last
         self._queue: asyncio.Queue[Frame | None] | None = None
-        self._room = threading.Semaphore(int(MAX_QUEUED_SECONDS / 0.032))
+        self._room = threading.Semaphore(int(MAX_QUEUED_SECONDS / CHUNK_SECONDS))
         self._thread: threading.Thread | None = None
         self._core_loop: asyncio.AbstractEventLoop | None = None
         self._stopping = threading.Event()

@@ -28,20 +28,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 from wyoming.audio import AudioFormat
 
-from ..audio import StreamingConverter
-from .endpoint import Hearing
-from .settings import EchoSettings
-from .turn_policy import NO_COUPLING_DB, Evidence
+from ..satellite.protocols import Hearing
+from ..satellite.settings import EchoSettings
+from ..satellite.turn_policy import NO_COUPLING_DB, Evidence
+from .format import RATE
+from .pcm import StreamingConverter
 
 if TYPE_CHECKING:
     from livekit import rtc
 
-    from .endpoint import Endpointer
-    from .protocols import AudioSink, AudioSource
+    from ..satellite.endpoint import Endpointer
+    from ..satellite.protocols import AudioSink, AudioSource
 
 _LOGGER = logging.getLogger(__name__)
 
-RATE = 16000
 FRAME = RATE // 100  # AEC3 takes 10 ms frames
 # A piece due within this of the previous piece's end continues it (timing jitter);
 # later than that, the gap between them is silence.
@@ -488,8 +488,8 @@ def cancel_echo(
     read from. Without a canceller the source is read as it is."""
     if canceller is None:
         return source
-    from .audio_in import WavSource
     from .core import CoreSource
+    from .mic import WavSource
 
     sink.tap = canceller
     return CoreSource(source, canceller, endpointer, live=not isinstance(source, WavSource))

@@ -1,22 +1,15 @@
-"""Waiting on the wall clock: pacing a stream to real time, and backing off between retries.
+"""Audio on the wall clock: pacing a stream like a device, and the audio threads' priority.
 
-Standard library only, so a microphone, a speaker, the server link and an engine probe can
-all import it without pulling anything else in.
+Standard library only. Waiting in general (backoff, a 3.10-safe timeout) is realtime.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 import time
 
-if sys.version_info >= (3, 11):
-    from asyncio import timeout
-else:  # the same context manager, before asyncio had it (wait_for can swallow a cancellation)
-    from async_timeout import timeout
-
-__all__ = ["Backoff", "Pacer", "raise_audio_thread", "timeout"]
+__all__ = ["AUDIO_NICE", "AUDIO_RT_PRIORITY", "Pacer", "raise_audio_thread"]
 
 
 class Pacer:
@@ -70,27 +63,6 @@ class Pacer:
         """A new stream: its first piece is due at `start` (None: when it comes)."""
         self.start = start
         self.seconds = 0.0
-
-
-class Backoff:
-    """Delays between retries: `first` doubling up to `maximum`; `reset` after a success."""
-
-    def __init__(self, first: float = 0.5, maximum: float = 10.0) -> None:
-        self.first = first
-        self.maximum = maximum
-        self.delay = first  # the next wait
-
-    def next(self) -> float:
-        """The delay to wait now (the one after it doubles)."""
-        delay = self.delay
-        self.delay = min(delay * 2, self.maximum)
-        return delay
-
-    async def wait(self) -> None:
-        await asyncio.sleep(self.next())
-
-    def reset(self) -> None:
-        self.delay = self.first
 
 
 # ---- the audio threads' priority ------------------------------------------------------------

@@ -33,14 +33,15 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from wyoming.audio import AudioFormat
 
-from ..audio import bytes_per_second, duration, frame_bytes, plain_format
-from ..realtime import Pacer, raise_audio_thread, timeout
-from .audio_in import find_device
+from ..realtime import timeout
+from ..satellite.protocols import AudioSink, Tap
 from .commands import end_command, start_command
-from .protocols import AudioSink
+from .mic import find_device
+from .pacing import Pacer, raise_audio_thread
+from .pcm import bytes_per_second, duration, frame_bytes, plain_format
 
 if TYPE_CHECKING:
-    from .settings import SndSettings
+    from ..satellite.settings import SndSettings
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -53,16 +54,6 @@ SPEAKER_MARGIN = 2.0
 SPEAKER_LEAD = 0.1
 PIECE_SECONDS = 0.02  # audio is handed over in pieces this long (so the lead holds)
 PLAYS_LATE = 0.05  # a piece this late finds the device run dry: it plays when it comes
-
-
-class Tap(Protocol):
-    """Who hears of what a sink plays (the echo canceller's reference)."""
-
-    def reference(self, pcm: bytes, fmt: AudioFormat, due: float) -> None:
-        """`pcm` is due to start playing at monotonic time `due`."""
-
-    def cut(self, at: float) -> None:
-        """Nothing handed over plays after monotonic time `at` (a stop)."""
 
 
 class QueuedSink:
@@ -671,7 +662,7 @@ class ContinuousSink:
         assert self._format is not None
         if fmt == self._format:
             return pcm
-        from ..audio import StreamingConverter, float_to_pcm16
+        from .pcm import StreamingConverter, float_to_pcm16
 
         converter = self._converters.get(fmt)
         if converter is None:

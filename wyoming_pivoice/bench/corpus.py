@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..audio import float_to_pcm16
+from ..audio.pcm import float_to_pcm16
 
 RATE = 16000
 PAD_BEFORE_S = 0.5

@@ -39,7 +39,7 @@ from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
 from wyoming.tts import Synthesize
 
-from ..audio import float_to_pcm16
+from ..audio.pcm import float_to_pcm16
 from ..engines.asr import AsrSettings
 from ..models import EMBEDDED_VOICE, resolve_whisper
 from ..text import split_all

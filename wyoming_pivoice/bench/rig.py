@@ -24,9 +24,9 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..realtime import Pacer
-from ..satellite.audio_in import CHUNK_BYTES, CHUNK_SECONDS
-from ..satellite.audio_out import NullSink
+from ..audio.format import CHUNK_BYTES, CHUNK_SECONDS
+from ..audio.pacing import Pacer
+from ..audio.speaker import NullSink
 from ..satellite.pipeline import Satellite, make_stages
 from ..satellite.protocols import Transcriber
 from ..satellite.settings import SatelliteSettings, VadSettings

@@ -111,7 +111,7 @@ def satellite_audio(utterance: Any, vad: Any = None) -> bytes:
     """What the satellite sends the server for this utterance: Silero endpointing over the
     file at its default settings (pre-speech, trailing pad), the endpoint's audio (the
     speculation, when it is used, carries the very same audio)."""
-    from ..satellite.audio_in import CHUNK_BYTES, CHUNK_SECONDS
+    from ..audio.format import CHUNK_BYTES, CHUNK_SECONDS
     from ..satellite.endpoint import Endpointer, EndpointKind
     from ..satellite.settings import VadSettings
 

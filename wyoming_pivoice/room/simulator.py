@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from wyoming.audio import AudioFormat
 
-from ..realtime import AUDIO_RT_PRIORITY, Pacer
+from ..audio.pacing import AUDIO_RT_PRIORITY, Pacer
 from .acoustics import RATE, EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
 
 _LOGGER = logging.getLogger(__name__)
