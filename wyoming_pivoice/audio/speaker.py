@@ -737,20 +737,22 @@ class ContinuousSink:
         `hold`: the rest of that reply is dropped too, until the loop's own stop (or the
         reply's drain) has caught up."""
         with self._lock:
-            self._cut = self._cut or hold
             reply = self._reply
             if reply is None or reply.done.is_set():
+                # Nothing to cut (the reply has all been written; its last lead still plays).
+                # Holding now would drop the next reply's audio, which no stop would release.
                 return
             if hold:
+                self._cut = True
                 self.cut_at = time.monotonic()
             reply.pending.clear()
             reply.ended = True
             if reply.first_due is not None:
                 self.first_sample_at = reply.first_due
         reply.done.set()
-        restart = getattr(self.tap, "restart", None)
-        if restart is not None:
-            restart()  # the echo canceller: see EchoCanceller.restart
+        barge_in = getattr(self.tap, "barge_in", None)
+        if barge_in is not None:
+            barge_in()  # the echo canceller: see EchoCanceller.barge_in
 
     async def close(self) -> None:
         await self.stop()
