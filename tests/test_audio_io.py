@@ -395,19 +395,21 @@ def test_pyaudio_sink_gives_up_on_a_stuck_device_and_reopens_it(tmp_path: Path) 
 
 async def test_the_speaker_stream_stays_open_across_replies(tmp_path: Path) -> None:
     """Continuous playout: one speaker command for every reply, silence written between
-    them, and the echo canceller's reference is exactly what the command was given."""
+    them, and the echo canceller's reference is exactly what the command was given. A
+    barge-in kills the command (what it holds would play on) and the next reply opens it
+    anew."""
     from wyoming_pivoice.audio.speaker import CommandDevice, ContinuousSink
 
-    out = tmp_path / "played.raw"
-    sink = ContinuousSink(CommandDevice(f"cat > '{out}'"))
+    sink = ContinuousSink(CommandDevice(f"exec cat > '{tmp_path}'/played-$$.raw"))
     taps: list[bytes] = []
+    cuts: list[float] = []
 
     class Tap:
         def reference(self, pcm: bytes, fmt: AudioFormat, due: float) -> None:
             taps.append(pcm)
 
         def cut(self, at: float) -> None:
-            raise AssertionError("a continuous stream is never cut")
+            cuts.append(at)
 
     sink.tap = Tap()
     fmt = AudioFormat(22050, 2, 1)
@@ -417,16 +419,26 @@ async def test_the_speaker_stream_stays_open_across_replies(tmp_path: Path) -> N
     assert sink.first_sample_at is not None
     await sink.play(second, fmt)
     await sink.drain()
+    assert not cuts  # replies that end by themselves leave the stream as it is
     long = tone(5.0, 22050)
     await sink.play(long, fmt)
     await until(lambda: sink.playing, "playback", 5.0)
+    before_stop = b"".join(taps)
     await asyncio.wait_for(sink.stop(), 1.0)  # a barge-in: the rest of the reply is dropped
+    assert len(cuts) == 1
+    await sink.play(second, fmt)  # the next reply: a new command
+    await sink.drain()
     await sink.close()
-    played = out.read_bytes()
-    assert sink.replies == 3
-    # The reference is what played after the primer (the command's start-up), silence and all.
+    assert sink.replies == 4
+    files = sorted(tmp_path.glob("played-*.raw"), key=lambda f: f.read_bytes().find(first) < 0)
+    assert len(files) == 2
+    played, again = (f.read_bytes() for f in files)
     primer = bytes(round(22050 * PRIMER_SECONDS) * 2)
-    assert played == primer + b"".join(taps)
+    # What the first command played is what the reference got, silence and all, up to the
+    # kill (a killed command's pipe is lost: it may have played less).
+    assert (primer + b"".join(taps)).startswith(played)
+    assert len(played) >= len(primer) + len(before_stop) - 8192  # at most the pipe lost
     start = played.index(first)
     assert played.find(second, start + len(first) + 2) > start + len(first)  # silence between
     assert len(played) < len(first) + len(second) + len(long)  # the stop dropped audio
+    assert again.startswith(primer) and second in again

@@ -236,10 +236,10 @@ class CoreSource:
         evidence = None
         if canceller is not None and probability is not None:
             evidence = canceller.evidence(probability)
-            self._fast_barge_in(evidence)
+            self._fast_barge_in(evidence, now)
         return Frame(chunk, now, probability, hearing, evidence)
 
-    def _fast_barge_in(self, evidence: Evidence) -> None:
+    def _fast_barge_in(self, evidence: Evidence, captured: float) -> None:
         """The turn policy on this thread: a reply stops the moment the user's voice over it
         is certain, however late the event loop runs; the endpointer's SPEECH_STARTED then
         ends the turn's run as usual."""
@@ -257,5 +257,14 @@ class CoreSource:
         self._fast_voiced += 1
         if decision is Decision.INTERRUPT:
             self._fast_voiced = 0
-            _LOGGER.debug("Barge-in on the audio thread: the speaker stops now")
+            decided = time.monotonic()
             self.on_interrupt()
+            # Where a barge-in's time goes: the chunk's capture → the decision (the mic's
+            # transport and this thread) → the cut (the speaker's lock, AEC3's second filter).
+            _LOGGER.info(
+                "Barge-in on the audio thread at %.3f: chunk captured %.0f ms before, "
+                "cut in %.0f ms",
+                decided,
+                (decided - captured) * 1000,
+                (time.monotonic() - decided) * 1000,
+            )

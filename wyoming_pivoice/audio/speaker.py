@@ -556,6 +556,17 @@ class CommandDevice:
         except (BrokenPipeError, ValueError) as err:
             raise OSError(f"the speaker command stopped taking audio ({err})") from None
 
+    def drop(self) -> None:
+        """Silence now: the command's whole group is killed, and with it whatever it holds
+        (its pipe, aplay's ALSA buffer, a room's device buffer): the next write fails and
+        the sink opens the command anew. Measured in the room (headset, load 11): the sound
+        ran on 158-222 ms after a barge-in was decided while the command was left to play
+        out what it held."""
+        proc = self._proc
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
     def close(self) -> None:
         proc, self._proc = self._proc, None
         if proc is None:
@@ -651,6 +662,7 @@ class ContinuousSink:
         self._closing = threading.Event()
         self._failed: BaseException | None = None
         self._cut = False  # a barge-in cut the reply: drop its audio until stop/drain
+        self._dropped = False  # a cut killed the device's command: it opens anew
         self.cut_at: float | None = None  # when the audio core last cut a reply (take_cut)
 
     @property
@@ -673,7 +685,7 @@ class ContinuousSink:
         fmt = plain_format(fmt)
         if self._format is None:
             self._format = AudioFormat(fmt.rate, 2, 1)
-        if self._thread is None or self._failed is not None:
+        if self._thread is None or self._failed is not None or self._dropped:
             await self._start()
         with self._lock:
             if self._cut:
@@ -691,6 +703,7 @@ class ContinuousSink:
         if self._thread is not None:  # the last device failed: a new one
             await asyncio.to_thread(self._thread.join, STOP_WAIT)
         self._failed = None
+        self._dropped = False
         self._closing.clear()
         fmt = self._format
         await asyncio.to_thread(self.device.open, fmt)
@@ -749,7 +762,16 @@ class ContinuousSink:
             reply.ended = True
             if reply.first_due is not None:
                 self.first_sample_at = reply.first_due
+            drop = getattr(self.device, "drop", None)
+            if drop is not None:
+                # What the command holds would play on (the lead, its pipe, its own buffer):
+                # it is killed instead, and opened again with the next reply.
+                self._dropped = True
+                drop()
         reply.done.set()
+        if self._dropped and self.tap is not None:
+            self.tap.cut(time.monotonic())  # nothing handed over plays from now on
+            return
         barge_in = getattr(self.tap, "barge_in", None)
         if barge_in is not None:
             barge_in()  # the echo canceller: see EchoCanceller.barge_in
@@ -821,7 +843,12 @@ class ContinuousSink:
                         reply.last_due = due + block_samples / rate
                         reply.done.set()
         except OSError as err:
-            _LOGGER.warning("Playback failed (%s); the speaker reopens with the next reply", err)
+            if self._dropped:
+                _LOGGER.debug("The speaker command was ended by a barge-in; it opens anew")
+            else:
+                _LOGGER.warning(
+                    "Playback failed (%s); the speaker reopens with the next reply", err
+                )
             self._failed = err
         except Exception as err:
             _LOGGER.exception("Playback failed")
