@@ -12,9 +12,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from wyoming_pivoice.bench.servers import stop
+from pivoice_lab.bench.servers import stop
+from pivoice_lab.ports import free_port, wait_for_port
 from wyoming_pivoice.models import EMBEDDED_LLM
-from wyoming_pivoice.ports import free_port, wait_for_port
 
 MODEL_ALIAS = "smollm2"
 # What llama_cpp.server prints when the client of a streamed completion has gone: it stops

@@ -20,7 +20,7 @@ from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.info import Describe
 
-from wyoming_pivoice.bench import remote as bench_remote
+from pivoice_lab.bench import remote as bench_remote
 from wyoming_pivoice.doctor.base import Status
 from wyoming_pivoice.doctor.remote import check_remote_llm
 from wyoming_pivoice.engines.remote_llm import RemoteLlmSettings
