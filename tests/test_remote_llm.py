@@ -38,7 +38,7 @@ from .helpers import (
     turn_event,
     wait_until,
 )
-from .llama_server import DISCONNECTED, GENERATED, MODEL_ALIAS, LlamaServer
+from .llama_server import DISCONNECTED, GENERATED, MODEL_ALIAS, LlamaServer, started
 
 CHAT = "POST /v1/chat/completions"
 # SmolLM2 writes all the tokens --max-tokens allows for this (64: about 3 s here), far more
@@ -49,12 +49,8 @@ MAX_TOKENS = 64
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    server = LlamaServer(tmp_path_factory.mktemp("engine") / "llama_server.log")
-    server.start()
-    try:
+    with started(tmp_path_factory.mktemp("engine")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
