@@ -23,7 +23,9 @@ _SUBCOMMANDS = {
 PLUGIN_GROUP = "wyoming_pivoice.subcommands"
 # Named even when not installed, so asking for one says what to install instead of argparse's
 # "invalid choice".
-_PLUGINS_EXPECTED = {"bench": "the lab: pip install -e ./lab (script/setup without --runtime)"}
+_PLUGINS_EXPECTED = {
+    "bench": "the lab, not installed here: in a checkout, script/setup (pip install -e ./lab)"
+}
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
