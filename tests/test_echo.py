@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from wyoming.audio import AudioFormat
 
+from pivoice_lab.room.acoustics import EchoPath, NoiseFloor, RoomAcoustics
 from tests.helpers import make_speech
 from wyoming_pivoice.audio.echo import CaptureClock, EchoCanceller
 from wyoming_pivoice.audio.format import CHUNK_SAMPLES, CHUNK_SECONDS
 from wyoming_pivoice.audio.pcm import StreamingConverter
 from wyoming_pivoice.audio.speaker import NullSink
-from wyoming_pivoice.room.acoustics import EchoPath, NoiseFloor, RoomAcoustics
 from wyoming_pivoice.satellite.endpoint import Hearing
 from wyoming_pivoice.satellite.settings import EchoSettings
 

@@ -25,10 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..satellite.endpoint import Endpointer
-from ..satellite.protocols import AudioSource, Hearing
+from ..satellite.protocols import AudioSink, AudioSource, Hearing
 from ..satellite.turn_policy import Decision, Evidence, decide
 from .echo import EchoCanceller
 from .format import CHUNK_SECONDS
+from .mic import WavSource
 from .pacing import raise_audio_thread
 
 _LOGGER = logging.getLogger(__name__)
@@ -268,3 +269,15 @@ class CoreSource:
                 (decided - captured) * 1000,
                 (time.monotonic() - decided) * 1000,
             )
+
+
+def cancel_echo(
+    source: AudioSource, sink: AudioSink, endpointer: Endpointer, canceller: EchoCanceller | None
+) -> AudioSource:
+    """Put the canceller between `sink` (its reference) and `source`, with the microphone,
+    the canceller and the VAD on the audio core's thread (CoreSource); returns the source to
+    read from. Without a canceller the source is read as it is."""
+    if canceller is None:
+        return source
+    sink.tap = canceller
+    return CoreSource(source, canceller, endpointer, live=not isinstance(source, WavSource))

@@ -37,8 +37,7 @@ from .pcm import StreamingConverter
 if TYPE_CHECKING:
     from livekit import rtc
 
-    from ..satellite.endpoint import Endpointer
-    from ..satellite.protocols import AudioSink, AudioSource
+    from ..satellite.protocols import AudioSource
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -559,21 +558,6 @@ def open_canceller(settings: EchoSettings) -> EchoCanceller | None:
             "Echo cancellation is unavailable (%s): the microphone will hear the speaker", err
         )
         return None
-
-
-def cancel_echo(
-    source: AudioSource, sink: AudioSink, endpointer: Endpointer, canceller: EchoCanceller | None
-) -> AudioSource:
-    """Put the canceller between `sink` (its reference) and `source`, with the microphone,
-    the canceller and the VAD on the audio core's thread (core.py); returns the source to
-    read from. Without a canceller the source is read as it is."""
-    if canceller is None:
-        return source
-    from .core import CoreSource
-    from .mic import WavSource
-
-    sink.tap = canceller
-    return CoreSource(source, canceller, endpointer, live=not isinstance(source, WavSource))
 
 
 class EchoCancelledSource:

@@ -643,7 +643,8 @@ def _read_wav(path: str) -> tuple[bytes, AudioFormat]:
 
 async def serve_ha_satellite(settings: SatelliteSettings) -> int:
     """`wyoming-pivoice satellite --uri …`: runs until the microphone ends or a signal."""
-    from ..audio.echo import cancel_echo, open_canceller
+    from ..audio.core import cancel_echo
+    from ..audio.echo import open_canceller
     from ..audio.mic import open_source
     from ..audio.speaker import open_sink
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from .. import startup
-from ..audio.core import CoreSource
-from ..audio.echo import EchoCanceller, cancel_echo, open_canceller
+from ..audio.core import CoreSource, cancel_echo
+from ..audio.echo import EchoCanceller, open_canceller
 from ..audio.mic import open_source
 from ..audio.speaker import open_sink
 from ..text import PhraseSplitter

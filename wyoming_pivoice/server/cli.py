@@ -348,3 +348,11 @@ def run(args: argparse.Namespace) -> int:
         return startup.run(lambda: serve(settings))
     finally:
         compute_log.current().close()
+
+
+def settings_from_argv(argv: list[str]) -> ServerSettings:
+    """The settings `wyoming-pivoice server ARGV…` would run with (its parser, its checks);
+    a host that starts a server (the lab's bench) reads them without knowing the parser."""
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    return settings_from_args(parser.parse_args(["server", *argv]))
