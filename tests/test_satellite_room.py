@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from pivoice_lab.bench.servers import warm
 from pivoice_lab.room.acoustics import RoomAcoustics
