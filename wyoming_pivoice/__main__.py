@@ -1,4 +1,4 @@
-"""`wyoming-pivoice`: server | satellite | bench | doctor."""
+"""`wyoming-pivoice`: server | satellite | bench | doctor | addon-args."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ _SUBCOMMANDS = {
     "satellite": "wyoming_pivoice.satellite.cli",
     "bench": "wyoming_pivoice.bench.cli",
     "doctor": "wyoming_pivoice.doctor.cli",
+    "addon-args": "wyoming_pivoice.addon",
 }
 
 
