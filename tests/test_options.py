@@ -79,3 +79,48 @@ def test_every_flag_keeps_its_name_default_and_help(
     assert sorted(now) == sorted(before), "flags added or gone"
     changed = {flag: (was, now[flag]) for flag, was in before.items() if now[flag] != was}
     assert changed == {}
+
+
+# --- the mapper itself, on a settings class of the test's own --------------------------------
+
+
+def test_a_new_setting_is_one_field() -> None:
+    """A field with `opt()` is a flag with its help and default, and comes back typed; a
+    `--no-` flag clears a default True; a repeatable one gives a tuple; two flags of one
+    `exclusive` name refuse each other; a `reads` field takes its value from another's flag."""
+    from dataclasses import dataclass
+
+    from wyoming_pivoice import options
+    from wyoming_pivoice.options import nest, opt
+
+    @dataclass(frozen=True)
+    class Inner:
+        rate: int = opt(16000, "--demo-rate", help="samples per second")
+        a: str | None = opt(None, "--demo-a", exclusive="one")
+        b: str | None = opt(None, "--demo-b", exclusive="one")
+
+    @dataclass(frozen=True)
+    class Demo:
+        enabled: bool = opt(True, "--no-demo", help="off")
+        dirs: tuple[str, ...] = opt((), "--demo-dir", append=True)
+        pair: int = opt(0, "--demo-pair", nargs=2, type=float, cli_default=(2, 0.5),
+                        convert=lambda p: int(p[0]))  # fmt: skip
+        half: float = opt(1.0, reads="demo_pair", convert=lambda p: float(p[1]))
+        inner: Inner = nest(Inner, group="inner things")
+
+    parser = argparse.ArgumentParser()
+    options.add_arguments(parser, Demo)
+    assert options.build(Demo, parser.parse_args([])) == Demo(pair=2, half=0.5)
+    args = parser.parse_args(
+        ["--no-demo", "--demo-dir", "x", "--demo-dir", "y", "--demo-rate", "8000",
+         "--demo-b", "B", "--demo-pair", "3", "0.25"]
+    )  # fmt: skip
+    assert options.build(Demo, args) == Demo(
+        enabled=False, dirs=("x", "y"), pair=3, half=0.25, inner=Inner(rate=8000, b="B")
+    )
+    rate = next(a for a in parser._actions if "--demo-rate" in a.option_strings)
+    assert (rate.help, rate.default, rate.type) == ("samples per second", 16000, int)
+    [inner] = [g for g in parser._action_groups if g.title == "inner things"]
+    assert rate in inner._group_actions
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--demo-a", "A", "--demo-b", "B"])
