@@ -56,6 +56,7 @@ def _fields(cls: type) -> Iterator[tuple[str, options.Flag, Any]]:
     for field, spec, _ in options.walk(cls):
         if spec.addon is None:
             continue
+        assert field.default is not True, f"{spec.flag}: an option is true to set a switch"
         default = spec.addon.default
         if default is options.UNSET:
             default = MISSING if spec.addon.schema.endswith("?") else options.field_default(field)

@@ -177,6 +177,7 @@ def add_arguments(
             if key not in exclusive:
                 exclusive[key] = into.add_mutually_exclusive_group()
             into = exclusive[key]
+        assert not _inverted(field, spec) or spec.flag.startswith("--no-"), spec.flag
         kwargs: dict[str, Any] = {"default": flag_default(field, spec), "help": spec.help}
         if _switch(field, spec):
             kwargs["action"] = "store_true"
