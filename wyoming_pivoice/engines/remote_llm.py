@@ -42,6 +42,7 @@ from .. import realtime
 from ..options import Addon, opt
 from . import control
 from .llm import LlmSettings, Message
+from .protocols import EngineUnavailable
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI, AsyncStream
@@ -126,7 +127,7 @@ class RemoteLlmSettings:
     )
 
 
-class RemoteLlmError(Exception):
+class RemoteLlmError(EngineUnavailable):
     """A turn the remote engine did not answer; the text says why, for the error event."""
 
     def __init__(
