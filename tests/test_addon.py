@@ -677,3 +677,17 @@ def test_addon_args_with_unreadable_options_is_one_line(tmp_path: Path) -> None:
         )  # fmt: skip
         assert done.returncode == 2 and done.stdout == ""
         assert done.stderr.count("\n") == 1 and "cannot read the options" in done.stderr
+
+
+def test_run_sh_stops_with_one_line_when_the_options_cannot_be_read(
+    tmp_path: Path, defaults: dict[str, Any]
+) -> None:
+    run = AddonRun(tmp_path, defaults, env={"PIVOICE_ADDON_OPTIONS": str(tmp_path / "none.json")})
+    try:
+        status = run.proc.wait(timeout=60)
+    finally:
+        run.stop()
+    log = run.log.read_text()
+    assert status == 2, log
+    assert "The server's options could not be read" in log and "Traceback" not in log
+    assert run.argv("server") is None  # nothing started
