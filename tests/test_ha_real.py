@@ -45,7 +45,7 @@ def test_real_home_assistant(version: str, tmp_path: Path) -> None:
         subprocess.run([str(SCRIPT), "build", version], check=True, timeout=BUILD_TIMEOUT)
     env = {**os.environ, "PIVOICE_HA_OUT": str(tmp_path)}
     run = subprocess.run(
-        [str(SCRIPT), "test", version, "--", "-q"],
+        [str(SCRIPT), "test", version, "--", "-q", "--tb=short", "--show-capture=no"],
         capture_output=True, text=True, timeout=TEST_TIMEOUT, env=env,
     )  # fmt: skip
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
