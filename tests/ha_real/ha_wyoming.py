@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -247,6 +248,16 @@ def fresh_speaker() -> Path:
     return out
 
 
+def played(out: Path) -> tuple[int, float] | None:
+    """(rate, seconds) of the first WAV our satellite wrote, once it is closed (a WAV being
+    written says 0 frames in its header until then)."""
+    for path in sorted(out.glob("*.wav")):
+        with contextlib.suppress(EOFError, wave.Error), wave.open(str(path), "rb") as wav:
+            if wav.getnframes():
+                return wav.getframerate(), wav.getnframes() / wav.getframerate()
+    return None
+
+
 async def connected(hass: HomeAssistant, wire: Wire) -> tuple[config_entries.ConfigEntry, str]:
     """Add our satellite; its entity id once HA's newest connection to it has had a `pong`
     back. The entity says idle before that, and HA 2025.4 never closes the connection of an
@@ -315,10 +326,7 @@ async def test_pipeline_through_our_satellite(
         reply = intent.get("response", {}).get("speech", {}).get("plain", {}).get("speech", "")
         errors = [e.data for e in events if str(e.type) == "error"]
         await until(lambda: hass.states.get(satellite).state == "idle", "satellite idle again")
-        played = await until(lambda: list(out.glob("*.wav")), "reply audio played")
-        wav_path = sorted(played)[0]
-        with wave.open(str(wav_path), "rb") as wav:
-            rate, seconds = wav.getframerate(), wav.getnframes() / wav.getframerate()
+        rate, seconds = await until(lambda: played(out), "reply audio played")
         to_server = [
             (k, data) for way, _, port, k, data in wire if (way, port) == ("out", SERVER_PORT)
         ]
@@ -433,10 +441,7 @@ async def test_announcement_on_our_satellite(
                 blocking=True,
             )
         took = time.monotonic() - began
-        played = sorted(out.glob("*.wav"))
-        assert played, "the satellite played nothing"
-        with wave.open(str(played[0]), "rb") as wav:
-            rate, seconds = wav.getframerate(), wav.getnframes() / wav.getframerate()
+        rate, seconds = await until(lambda: played(out), "announcement played")
         no_played = "Did not receive played event" in caplog.text
         record(
             "announce", text=text, played_rate=rate, played_seconds=seconds,
