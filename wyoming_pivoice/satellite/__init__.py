@@ -10,9 +10,6 @@ from typing import TYPE_CHECKING
 from ..exports import lazy_exports, names
 
 _EXPORTS = {
-    ".audio_in": ("CHUNK_BYTES", "CHUNK_SECONDS"),
-    ".audio_out": ("NullSink",),
-    ".echo": ("EchoCanceller",),
     ".endpoint": ("EndpointKind", "Endpointer"),
     ".pipeline": ("Satellite", "make_stages"),
     ".protocols": ("Transcriber",),
@@ -20,9 +17,6 @@ _EXPORTS = {
     ".stages": ("ServerLink",),
 }
 if TYPE_CHECKING:  # the same names, for the type checker (tests/test_layout.py: they agree)
-    from .audio_in import CHUNK_BYTES, CHUNK_SECONDS
-    from .audio_out import NullSink
-    from .echo import EchoCanceller
     from .endpoint import Endpointer, EndpointKind
     from .pipeline import Satellite, make_stages
     from .protocols import Transcriber

@@ -24,11 +24,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from wyoming_pivoice.realtime import Pacer
+from wyoming_pivoice.audio import CHUNK_BYTES, CHUNK_SECONDS, NullSink, Pacer
 from wyoming_pivoice.satellite import (
-    CHUNK_BYTES,
-    CHUNK_SECONDS,
-    NullSink,
     Satellite,
     SatelliteSettings,
     ServerLink,

@@ -111,9 +111,8 @@ def satellite_audio(utterance: Any, vad: Any = None) -> bytes:
     """What the satellite sends the server for this utterance: Silero endpointing over the
     file at its default settings (pre-speech, trailing pad), the endpoint's audio (the
     speculation, when it is used, carries the very same audio)."""
+    from wyoming_pivoice.audio import CHUNK_BYTES, CHUNK_SECONDS
     from wyoming_pivoice.satellite import (
-        CHUNK_BYTES,
-        CHUNK_SECONDS,
         Endpointer,
         EndpointKind,
         VadSettings,
