@@ -438,9 +438,11 @@ async def test_the_speaker_stream_stays_open_across_replies(tmp_path: Path) -> N
     assert len(files) == 2
     played, again = (f.read_bytes() for f in files)
     primer = bytes(round(22050 * PRIMER_SECONDS) * 2)
-    # What the first command played is what the reference got, silence and all, up to the
-    # kill (a killed command's pipe is lost: it may have played less).
-    assert (primer + b"".join(taps)).startswith(played)
+    # What the first command played is what the reference got, up to the kill (a killed
+    # command's pipe is lost: it may have played less). Silence aside: when the speaker
+    # thread comes late, the reference gets the underrun's silence, which a device plays
+    # as time but `cat` never sees (seen at load 23).
+    assert (primer + b"".join(taps)).replace(b"\0", b"").startswith(played.replace(b"\0", b""))
     assert len(played) >= len(primer) + len(before_stop) - 8192  # at most the pipe lost
     start = played.index(first)
     assert played.find(second, start + len(first) + 2) > start + len(first)  # silence between

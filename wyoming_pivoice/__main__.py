@@ -1,4 +1,4 @@
-"""`wyoming-pivoice`: server | satellite | bench | doctor."""
+"""`wyoming-pivoice`: server | satellite | doctor | addon-args (and the lab's bench)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ _SUBCOMMANDS = {
     "server": "wyoming_pivoice.server.cli",
     "satellite": "wyoming_pivoice.satellite.cli",
     "doctor": "wyoming_pivoice.doctor.cli",
+    "addon-args": "wyoming_pivoice.addon",
 }
 # Subcommands of other distributions: the lab (lab/pyproject.toml) registers `bench` here, so
 # the runtime names no lab module and runs without it (a Pi, the add-on image).
