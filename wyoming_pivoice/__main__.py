@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from typing import Any, NoReturn
 
@@ -128,5 +129,22 @@ def run(argv: list[str] | None = None) -> int:
         return err.code
 
 
+def main() -> NoReturn:
+    """The console command: `run`, then the exit, past livekit's native runtime.
+
+    WebRTC's echo canceller comes through livekit's FFI library, whose tokio workers panic
+    ("panic in a function that cannot unwind": SIGABRT, a Rust trace on stderr) when Python
+    finalizes under them: 1 `doctor` in 12 here. By the time `run` returns everything is
+    closed and flushed but the interpreter's own teardown, so a process that loaded it ends
+    without that teardown."""
+    code = run()
+    if "livekit.rtc" in sys.modules:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(run())
+    main()
