@@ -72,6 +72,19 @@ def test_conversations_are_scoped_by_address_and_need_a_long_id() -> None:
     assert len(store) == 3
 
 
+def test_a_reply_cut_by_a_barge_in_is_kept_as_far_as_it_was_heard() -> None:
+    store = ConversationStore("sys")
+    store.heard_only("a", "nothing yet")  # no history: nothing to cut
+    store.record("a", "tell me a story", "Once upon a time. A dragon lived in a castle.")
+    store.heard_only("a", "Once upon a time.")
+    assert store.earlier("a") == [("tell me a story", "Once upon a time. …")]
+    store.heard_only("a", "Once upon a time. A dragon lived in a castle, and more.")
+    assert store.earlier("a") == [("tell me a story", "Once upon a time. …")]  # never longer
+    store.record("a", "what time is it", "It is noon.")
+    store.heard_only("a", "")  # cut before a word played
+    assert store.earlier("a")[-1] == ("what time is it", "…")
+
+
 def test_a_repeated_turn_id_replaces_that_turn() -> None:
     """A satellite's void speculative run and its whole run share one turn id."""
     store = ConversationStore("sys")
@@ -199,6 +212,17 @@ async def test_the_server_replaces_a_turn_sent_again_with_its_turn_id() -> None:
         "Paris is the capital.",
         "Ok",
     ]
+
+
+async def test_the_server_keeps_of_a_cut_reply_what_the_satellite_heard() -> None:
+    async with recording_server() as (llm, port):
+        for text, heard in (("Tell me", None), ("Stop", "Paris")):
+            context = {"conversation_id": KITCHEN, "turn_id": text}
+            if heard is not None:
+                context["heard"] = heard
+            turn = Event("transcript", {"text": text, "context": context})
+            await exchange(port, [turn], until="handled-stop")
+    assert [m["content"] for m in llm.prompts[1]][1:] == ["Tell me", "Paris …", "Stop"]
 
 
 async def test_another_address_cannot_continue_a_conversation() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 from wyoming.audio import AudioFormat
@@ -17,7 +18,12 @@ from wyoming_pivoice.audio.speaker import NullSink
 from wyoming_pivoice.satellite.endpoint import EndpointEvent, EndpointKind
 from wyoming_pivoice.satellite.pipeline import Player, Stages, Turns
 from wyoming_pivoice.satellite.settings import SatelliteSettings
-from wyoming_pivoice.satellite.stages import AudioPiece, _Conversation
+from wyoming_pivoice.satellite.stages import (
+    AudioPiece,
+    HeardMemo,
+    StreamingResponder,
+    _Conversation,
+)
 from wyoming_pivoice.timing import TimingLog, TurnClock
 
 
@@ -27,8 +33,10 @@ class StandInRun:
     def __init__(self, turn: int, seconds: float, finished: bool = True) -> None:
         self.clock = TurnClock(turn)
         self.audio: asyncio.Queue[AudioPiece | None] = asyncio.Queue()
+        self.phrases = ["The first phrase.", "The second one."]  # the second is not synthesized yet
+        self.stages = SimpleNamespace(memo=HeardMemo())
         pcm = (np.ones(int(seconds * 22050)) * 1000).astype("<i2").tobytes()
-        self.audio.put_nowait(AudioPiece(pcm, AudioFormat(22050, 2, 1)))
+        self.audio.put_nowait(AudioPiece(pcm, AudioFormat(22050, 2, 1), run=0))
         if finished:
             self.audio.put_nowait(None)
         self.task = asyncio.create_task(asyncio.sleep(0 if finished else 3600))
@@ -69,6 +77,18 @@ async def test_speech_during_a_reply_stops_it(tmp_path: Path) -> None:
     (record,) = [json.loads(line) for line in log.read_text().splitlines()]
     assert record["barged_in"] is True
     assert record["stamps"]["first_played"] <= record["stamps"]["playback_done"]
+    # What began to play is what the next request tells the server the user heard.
+    assert long_reply.stages.memo.heard == "The first phrase."
+
+
+def test_the_next_request_tells_the_server_once_what_was_heard_of_a_cut_reply() -> None:
+    memo = HeardMemo()
+    responder = StreamingResponder(None, "c" * 30, "s", memo)  # type: ignore[arg-type]
+    assert "heard" not in responder._request("hello", TurnClock(1)).data["context"]
+    memo.heard = "The first phrase."
+    assert responder._request("stop", TurnClock(2)).data["context"]["heard"] == "The first phrase."
+    assert memo.heard is None  # told once: the turn after it says nothing of it
+    assert "heard" not in responder._request("and then", TurnClock(3)).data["context"]
 
 
 async def test_no_barge_in_lets_the_reply_finish_and_replies_keep_their_order(

@@ -193,6 +193,17 @@ class ConversationStore:
             most = max(counts.values())
             del self._histories[next(k for k in self._histories if counts[_host(k)] == most)]
 
+    def heard_only(self, key: Hashable | None, heard: str) -> None:
+        """The newest reply was cut by a barge-in after `heard`: keep only that (with a mark
+        that it broke off), so the model neither repeats nor builds on what was never said."""
+        history = self._get(key)
+        if history is None or not history.turns:
+            return
+        user, reply = history.turns[-1]
+        kept = control.escape(heard.strip())
+        if len(kept) < len(reply):  # never longer than what was said
+            history.turns[-1] = (user, f"{kept} …" if kept else "…")
+
     def _expire(self) -> None:
         now = time.monotonic()
         for old in [k for k, h in self._histories.items() if now - h.touched > self.ttl_seconds]:

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from .. import startup
@@ -51,6 +51,7 @@ from .protocols import (
 from .settings import SatelliteSettings
 from .stages import (
     AudioPiece,
+    HeardMemo,
     Recognizer,
     ServerLink,
     StreamingResponder,
@@ -68,6 +69,7 @@ class Stages:
     responder: Callable[[], Responder]  # one per turn: it keeps that turn's final text
     tts: Synthesizer
     min_clause_chars: int
+    memo: HeardMemo = field(default_factory=HeardMemo)  # an interrupted reply, for the server
 
 
 def make_stages(settings: SatelliteSettings, link: ServerLink) -> Stages:
@@ -75,18 +77,21 @@ def make_stages(settings: SatelliteSettings, link: ServerLink) -> Stages:
     # Turn ids are unique per run, so a conversation id reused across runs is safe.
     session = uuid.uuid4().hex[:8]
     asr = Recognizer(link, settings.language)
+    memo = HeardMemo()
     if settings.pipeline == "sequential":
         return Stages(
             asr,
-            lambda: WholeResponder(link, conversation_id, session),
+            lambda: WholeResponder(link, conversation_id, session, memo),
             WholeSynthesizer(link),
             settings.min_clause_chars,
+            memo,
         )
     return Stages(
         asr,
-        lambda: StreamingResponder(link, conversation_id, session),
+        lambda: StreamingResponder(link, conversation_id, session, memo),
         StreamingSynthesizer(link),
         settings.min_clause_chars,
+        memo,
     )
 
 
@@ -101,6 +106,7 @@ class TurnRun:
         self.utterance = utterance
         self.stages = stages
         self.audio: asyncio.Queue[AudioPiece | None] = asyncio.Queue()
+        self.phrases: list[str] = []  # sent to TTS, in order: the reply as it is spoken
         self.task = asyncio.create_task(self._run(), name=f"turn {clock.turn}")
 
     async def _run(self) -> None:
@@ -121,9 +127,11 @@ class TurnRun:
             async for piece in responder.respond(text, clock):
                 pieces.append(piece)
                 for phrase in splitter.feed(piece):
+                    self.phrases.append(phrase)
                     phrases.put_nowait(phrase)
             rest = splitter.flush()
             if rest:
+                self.phrases.append(rest)
                 phrases.put_nowait(rest)
             phrases.put_nowait(None)
             clock.reply = responder.final_text or "".join(pieces).strip()
@@ -259,6 +267,7 @@ class Player:
         self._current, self._interrupted = run, False
         clock = run.clock
         played = False
+        runs = 0  # the reply's audio runs (phrases) begun on the speaker
         take_cut = getattr(self.sink, "take_cut", None)
         if take_cut is not None:
             take_cut()  # a cut before this reply is not its own
@@ -268,6 +277,7 @@ class Player:
                     played = self.playing = True
                     if self.canceller is not None:
                         self.canceller.take_stats()  # what was heard before this reply
+                runs = max(runs, piece.run + 1)
                 await self.sink.play(piece.pcm, piece.fmt)
                 if self._cut_by_core(run, take_cut):
                     break
@@ -286,6 +296,8 @@ class Player:
                 clock.echo = self.canceller.take_stats().as_dict()
         if self._interrupted:
             clock.interrupted = True
+            # The server keeps only what began to play (a phrase the user heard the start of).
+            run.stages.memo.heard = " ".join(run.phrases[:runs])
 
     def _cut_by_core(self, run: TurnRun, take_cut: Callable[[], float | None] | None) -> bool:
         """The audio core stopped the speaker on a barge-in before the loop heard of it: the

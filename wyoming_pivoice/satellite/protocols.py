@@ -70,6 +70,7 @@ class AudioPiece:
 
     pcm: bytes
     fmt: AudioFormat
+    run: int = 0  # which audio run of the reply (the server speaks one per phrase)
 
 
 class Tap(Protocol):

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -159,11 +160,28 @@ class Recognizer:
 # ---- LLM ------------------------------------------------------------------------------------
 
 
+@dataclass
+class HeardMemo:
+    """What the user heard of a reply a barge-in cut, until the next request tells the server:
+    it keeps only that in the conversation. Kept whole, the interrupted reply came back as the
+    answer to the question that interrupted it (SmolLM2 repeats its history: 8 of 9 turns in
+    one bench room)."""
+
+    heard: str | None = None
+
+
 class _Conversation:
-    def __init__(self, link: ServerLink, conversation_id: str | None, session: str = "") -> None:
+    def __init__(
+        self,
+        link: ServerLink,
+        conversation_id: str | None,
+        session: str = "",
+        memo: HeardMemo | None = None,
+    ) -> None:
         self.link = link
         self.conversation_id = conversation_id
         self.session = session
+        self.memo = memo
         self.final_text: str | None = None  # the server's whole reply (`handled`)
 
     def _request(self, text: str, clock: TurnClock) -> Event:
@@ -175,6 +193,8 @@ class _Conversation:
             "conversation_id": self.conversation_id,
             "turn_id": f"{self.session}-{clock.turn}",
         }
+        if self.memo is not None and self.memo.heard is not None:
+            context["heard"], self.memo.heard = self.memo.heard, None  # told once
         return Transcript(text=text, context=context).event()
 
 
@@ -235,12 +255,15 @@ async def _read_audio(
     then stops when the audio is complete.
     """
     held: list[AudioPiece] = []
+    runs = 0  # audio-stops so far: the phrase the next chunk belongs to
     while True:
         event = await conn.receive()
+        if AudioStop.is_type(event.type):
+            runs += 1
         if AudioChunk.is_type(event.type):
             chunk = AudioChunk.from_event(event)
             if chunk.audio:
-                piece = AudioPiece(chunk.audio, plain_format(chunk))
+                piece = AudioPiece(chunk.audio, plain_format(chunk), runs)
                 if whole:
                     held.append(piece)
                 else:

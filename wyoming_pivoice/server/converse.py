@@ -52,6 +52,9 @@ class Conversations:
         turn_id = context_str(turn_context, "turn_id")
         store = self.services.conversations
         key = store.key(self.host, context_str(turn_context, "conversation_id"))
+        heard = context_str(turn_context, "heard")  # our satellite: a barge-in cut the last reply
+        if heard is not None:
+            store.heard_only(key, heard)
         earlier = store.earlier(key, turn_id)
         start = time.monotonic()
         first: float | None = None
