@@ -373,12 +373,16 @@ PATHS = {
 }
 
 
-async def server_transcripts(uri: str, utterances: list[Any]) -> dict[str, str]:
+async def server_transcripts(
+    uri: str, utterances: list[Any], audio: Callable[[Any], bytes] | None = None
+) -> dict[str, str]:
+    """The server's transcript of each utterance: of its whole file, or of audio(utterance)."""
     from .peers import asr_latency
 
     out = {}
     for utterance in utterances:
-        _seconds, text = await asr_latency(uri, utterance.pcm())
+        pcm = audio(utterance) if audio else utterance.pcm()
+        _seconds, text = await asr_latency(uri, pcm)
         out[utterance.id] = text
     return out
 
