@@ -1,0 +1,422 @@
+"""`bench --room`: the real satellite process in simulated rooms that echo.
+
+Each room case runs one satellite (its speaker and microphone commands joined by the room
+simulator) against the bench's server, through a script of five replies: a question
+answered in full; a question whose reply the user talks over with a command (barge-in),
+that command answered in full; the same again. With echo cancellation off, one question
+is asked and the satellite is left to answer itself (`--max-turns` caps it).
+
+What is counted, from the room's log and the satellite's timing log:
+- self-made turns: turns whose speech started while the user was silent;
+- self barge-ins: replies stopped while the user was silent;
+- barge-in: for every command said over a reply, whether that reply stopped within
+  300 ms of the user's voice onset (and how soon), and whether the command's key words
+  are in the transcript of the turn it started;
+- ERLE and the turn latencies of the replies played in full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..room.acoustics import RoomAcoustics
+from ..room.session import RoomRun, run_satellite_in_room
+from ..room.simulator import Reply, Say
+from .corpus import RATE, Utterance
+from .progress import Progress
+from .tables import render_table
+
+BARGE_IN_WITHIN_S = 0.3  # the target: the reply stops this soon after the user's onset
+OVER_MS = (700, 1100)  # the user starts talking this long after the reply first sounds
+GAP_S = 1.2  # a new question this long after a reply ends
+# Replies stay short enough to bench many of them (SmolLM2 otherwise rambles to the cap).
+ROOM_SERVER_ARGS = ("--max-tokens", "48")
+
+
+# Silence after the user's last word before a run may end: longer than a turn takes under
+# load (E2E reached 5-6 s at load 11), so a reply still to come is not cut off.
+QUIET_S = 12.0
+HEADSET_DB = -90.0  # "echo" of a headset: the microphone does not hear the speaker
+
+
+@dataclass(frozen=True)
+class RoomCase:
+    echo_db: float
+    delay_ms: float
+    tail: bool
+    aec: bool = True
+    rt60_s: float = 0.0  # the tail as a reverberation time (0: the old 60 ms constant)
+    small_speaker: bool = False  # 200 Hz high-pass and soft clipping
+    drift_ppm: float = 0.0
+
+    @property
+    def name(self) -> str:
+        if self.echo_db <= HEADSET_DB:
+            return f"headset-{'aec' if self.aec else 'noaec'}"
+        tail = f"rt{self.rt60_s:g}" if self.rt60_s else ("tail" if self.tail else "notail")
+        extra = ("-small" if self.small_speaker else "") + (
+            f"-{self.drift_ppm:+g}ppm" if self.drift_ppm else ""
+        )
+        aec = "aec" if self.aec else "noaec"
+        return f"{self.echo_db:g}dB-{self.delay_ms:g}ms-{tail}{extra}-{aec}"
+
+    def acoustics(self, seed: int) -> RoomAcoustics:
+        tail_ms = 0.0
+        if self.tail:
+            tail_ms = RoomAcoustics.tail_for_rt60(self.rt60_s) if self.rt60_s else 60.0
+        return RoomAcoustics(
+            echo_db=self.echo_db,
+            delay_ms=self.delay_ms,
+            tail_ms=tail_ms,
+            noise_dbfs=-60.0,
+            seed=seed,
+            highpass_hz=200.0 if self.small_speaker else 0.0,
+            clip_db=6.0 if self.small_speaker else 0.0,
+            drift_ppm=self.drift_ppm,
+        )
+
+
+def target_cases() -> list[RoomCase]:
+    """Issue #20's rooms: −6 dB/150 ms and −3 dB/250 ms with a 0.7 s tail, a small speaker
+    (200 Hz high-pass, soft clipping) and ±100 ppm of drift; a headset; AEC off to show
+    the failure."""
+    return [
+        RoomCase(-6, 150, True, rt60_s=0.7, small_speaker=True, drift_ppm=100),
+        RoomCase(-3, 250, True, rt60_s=0.7, small_speaker=True, drift_ppm=-100),
+        RoomCase(HEADSET_DB, 20, False),
+        RoomCase(-6, 150, True, aec=False, rt60_s=0.7, small_speaker=True),
+    ]
+
+
+@contextlib.contextmanager
+def busy_load(count: int, nice: int | None = None) -> Iterator[list[int]]:
+    """`count` processes that keep a core busy each, at `nice` (default: ours, which is the
+    server's and its inference threads'), for as long as the block runs."""
+    code = "import os, sys\nif sys.argv[1] != 'x': os.nice(int(sys.argv[1]))\nwhile True: pass"
+    arg = "x" if nice is None else str(nice - os.nice(0))
+    procs = [subprocess.Popen([sys.executable, "-c", code, arg]) for _ in range(count)]
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
+
+
+def default_cases() -> list[RoomCase]:
+    """The issue's grid: −6 dB with the room tail over delays 20–120 ms (the hard case, ≥ 20
+    replies), −10/−20 dB, no tail, and AEC off at each level to show the failure."""
+    cases = [RoomCase(-6, delay, True) for delay in (20, 40, 80, 120)]
+    cases += [RoomCase(level, delay, True) for level in (-10, -20) for delay in (40, 120)]
+    cases += [RoomCase(-6, delay, False) for delay in (40, 120)]
+    cases += [RoomCase(level, 60, True, aec=False) for level in (-6, -10, -20)]
+    return cases
+
+
+def _speech(utterance: Utterance) -> np.ndarray:
+    """The utterance's voiced span (so the room's onset is the voice's onset)."""
+    samples = utterance.samples()
+    start = max(0, round((utterance.speech_start_s - 0.02) * RATE))
+    end = round((utterance.speech_end_s + 0.05) * RATE)
+    return samples[start:end]
+
+
+def _script(
+    case_index: int, questions: list[Utterance], commands: list[Utterance], rounds: int = 1
+) -> list[Say]:
+    """`rounds` × (a question answered in full; a question talked over with a command; that
+    command answered in full…): 5 replies and 2 barge-ins per round, each anchored on the
+    reply before it."""
+    script: list[Say] = []
+    for r in range(rounds):
+        base = 5 * r  # replies before this round
+
+        def q(n: int, r: int = r) -> Utterance:
+            return questions[(case_index * 3 + 3 * r + n) % len(questions)]
+
+        def c(n: int, r: int = r) -> Utterance:
+            return commands[(case_index * 2 + 2 * r + n) % len(commands)]
+
+        over = OVER_MS[(case_index + r) % 2], OVER_MS[(case_index + r + 1) % 2]
+        first = (
+            Say(q(0).id, _speech(q(0)), at=0.5)
+            if r == 0
+            else Say(q(0).id, _speech(q(0)), reply=base, after_end=True, after_ms=GAP_S * 1000)
+        )
+        script += [
+            first,
+            Say(q(1).id, _speech(q(1)), reply=base + 1, after_end=True, after_ms=GAP_S * 1000),
+            Say(c(0).id, _speech(c(0)), reply=base + 2, after_ms=over[0]),
+            Say(q(2).id, _speech(q(2)), reply=base + 3, after_end=True, after_ms=GAP_S * 1000),
+            Say(c(1).id, _speech(c(1)), reply=base + 4, after_ms=over[1]),
+        ]
+    return script
+
+
+def run(
+    server_uri: str,
+    utterances: list[Utterance],
+    workdir: Path,
+    cases: list[RoomCase],
+    rounds: int = 1,
+    load: int = 0,
+) -> dict:
+    """Each case in turn; `load` busy processes beside the whole run (see busy_load)."""
+    questions = [u for u in utterances if u.kind == "question"]
+    commands = [u for u in utterances if u.kind == "command"]
+    by_id = {u.id: u for u in utterances}
+    bar = Progress(len(cases), "room")
+    results = []
+    loads: list[float] = []
+    with busy_load(load):
+        for index, case in enumerate(cases):
+            if case.aec:
+                script = _script(index, questions, commands, rounds)
+                extra: tuple[str, ...] = ()
+                limit = 60.0 + 60.0 * rounds
+            else:
+                script = [Say(questions[0].id, _speech(questions[0]), at=0.5)]
+                extra = ("--no-aec", "--max-turns", "5")
+                limit = 60.0
+            run_ = asyncio.run(
+                run_satellite_in_room(
+                    server_uri, script, case.acoustics(seed=index + 1), workdir / case.name,
+                    *extra, quiet_s=QUIET_S, limit_s=limit, log_level="DEBUG",
+                )
+            )  # fmt: skip
+            loads.append(os.getloadavg()[0])
+            scored = _score(run_, script, by_id)
+            results.append({"case": asdict(case), "name": case.name, **scored})
+            bar.step()
+    return {
+        "cases": results,
+        "summary": _summary(results),
+        "aec_cpu": aec_cpu(),
+        "server_args": list(ROOM_SERVER_ARGS),
+        "load": {"busy_processes": load, "cores": os.cpu_count(), "load_average_1m": loads},
+    }
+
+
+# ---- scoring --------------------------------------------------------------------------------
+
+
+def _user_spans(script: list[Say]) -> list[tuple[float, float]]:
+    return [(s.onset, s.onset + s.seconds) for s in script if s.onset is not None]
+
+
+def _during_user(when: float | None, spans: list[tuple[float, float]], slack: float = 0.3) -> bool:
+    return when is not None and any(a - slack <= when <= b + slack for a, b in spans)
+
+
+def _reply_of(turn: dict, replies: list[Reply]) -> Reply | None:
+    """The room's reply that a turn played (its speaker command opened with the turn's
+    first sample)."""
+    first = turn["stamps"].get("first_played")
+    if first is None:
+        return None
+    return min(replies, key=lambda r: abs(r.opened - first), default=None)
+
+
+def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict[str, Any]:
+    spans = _user_spans(script)
+    replies = run.room.replies
+    turns = run.turns
+    self_made = [t for t in turns if not _during_user(t["stamps"].get("speech_start"), spans)]
+    self_barge = 0
+    for turn in turns:
+        reply = _reply_of(turn, replies)
+        if not turn["barged_in"] or reply is None or reply.ended is None:
+            continue
+        if not any((reply.first_sound or 0) <= a <= reply.ended for a, _ in spans):
+            self_barge += 1
+    trials = []
+    for say in script:
+        if say.reply is None or say.after_end or say.onset is None:
+            continue
+        onset = say.onset
+        playing = [
+            r for r in replies if r.first_sound is not None and r.first_sound <= onset
+            and (r.ended is None or r.ended >= onset)
+        ]  # fmt: skip
+        span = [(onset, onset + say.seconds)]
+        heard_turn = next(
+            (t for t in turns if _during_user(t["stamps"].get("speech_start"), span)), None
+        )
+        transcript = heard_turn["transcript"] if heard_turn else ""
+        trial: dict[str, Any] = {
+            "said": say.text,
+            "transcript": transcript,
+            "heard": by_id[say.text].heard(transcript) if transcript else False,
+            "over_reply": bool(playing),
+        }
+        if playing:
+            reply = playing[0]
+            stopped = reply.ended - onset if reply.ended is not None else None
+            stopped_turn = next((t for t in turns if _reply_of(t, replies) is reply), None)
+            trial["stopped_after_s"] = round(stopped, 3) if stopped is not None else None
+            trial["barged_in"] = bool(stopped_turn and stopped_turn["barged_in"])
+            detected = stopped_turn["stamps"].get("barge_in") if stopped_turn else None
+            if trial["barged_in"] and detected is not None:
+                trial["detected_after_s"] = round(detected - onset, 3)
+            trial["in_time"] = bool(
+                trial["barged_in"] and stopped is not None and stopped <= BARGE_IN_WITHIN_S
+            )
+        trials.append(trial)
+    full = [t for t in turns if not t["barged_in"] and t["stamps"].get("first_played")]
+    erle = [t["echo"]["erle_db"] for t in full if t.get("echo") and t["echo"].get("erle_db")]
+    e2e = [t["ms"]["e2e_from_endpoint"] for t in full if t["ms"].get("e2e_from_endpoint")]
+    return {
+        "settled": run.settled,
+        "turns": len(turns),
+        "replies": len(replies),
+        "user_utterances": len(spans),
+        "self_made_turns": len(self_made),
+        "self_made_transcripts": [t["transcript"] for t in self_made],
+        "self_barge_ins": self_barge,
+        "trials": trials,
+        "erle_db": erle,
+        "e2e_from_endpoint_ms": e2e,
+    }
+
+
+def _summary(results: list[dict]) -> dict[str, Any]:
+    def group(aec: bool) -> list[dict]:
+        return [r for r in results if r["case"]["aec"] is aec]
+
+    on = group(True)
+    trials = [t for r in on for t in r["trials"] if t.get("over_reply")]
+    delays = [t["stopped_after_s"] for t in trials if t.get("barged_in")]
+    hard = [r for r in on if r["case"]["echo_db"] == -6 and r["case"]["tail"]]
+
+    def median(values: list[float]) -> float | None:
+        return round(statistics.median(values), 1) if values else None
+
+    headset = [r for r in on if r["case"]["echo_db"] <= HEADSET_DB]
+    headset_trials = [t for r in headset for t in r["trials"] if t.get("over_reply")]
+    return {
+        "headset": {
+            "barge_in_trials": len(headset_trials),
+            "barge_in_detected": sum(bool(t.get("barged_in")) for t in headset_trials),
+            "barge_in_in_time": sum(bool(t.get("in_time")) for t in headset_trials),
+            "key_words_heard": sum(bool(t["heard"]) for r in headset for t in r["trials"]),
+            "trials": sum(len(r["trials"]) for r in headset),
+        },
+        "aec_on": {
+            "cases": len(on),
+            "replies": sum(r["replies"] for r in on),
+            "self_made_turns": sum(r["self_made_turns"] for r in on),
+            "self_barge_ins": sum(r["self_barge_ins"] for r in on),
+            "hard_room_replies": sum(r["replies"] for r in hard),
+            "hard_room_self_made_turns": sum(r["self_made_turns"] for r in hard),
+            "hard_room_self_barge_ins": sum(r["self_barge_ins"] for r in hard),
+            "barge_in_trials": len(trials),
+            "barge_in_detected": sum(bool(t.get("barged_in")) for t in trials),
+            "barge_in_in_time": sum(bool(t.get("in_time")) for t in trials),
+            "barge_in_stop_ms_median": median([d * 1000 for d in delays if d is not None]),
+            "barge_in_key_words_heard": sum(bool(t["heard"]) for t in trials),
+            "erle_db_median": median([e for r in on for e in r["erle_db"]]),
+            "e2e_from_endpoint_ms_median": median(
+                [e for r in on for e in r["e2e_from_endpoint_ms"]]
+            ),
+        },
+        "aec_off": {
+            "cases": len(group(False)),
+            "turns_from_one_question": [r["turns"] for r in group(False)],
+            "self_made_turns": sum(r["self_made_turns"] for r in group(False)),
+        },
+    }
+
+
+def aec_cpu(seconds: float = 30.0) -> dict[str, float]:
+    """The canceller's own cost: process time per second of audio, in this process."""
+    from wyoming.audio import AudioFormat
+
+    from wyoming_pivoice.audio import EchoCanceller
+    from wyoming_pivoice.satellite import EchoSettings
+
+    from ..room.acoustics import EchoPath, NoiseFloor
+
+    rng = np.random.default_rng(0)
+    n = int(seconds * RATE)
+    played = (rng.normal(0, 0.1, n)).astype(np.float32)
+    mic = EchoPath(RoomAcoustics(-6, 60, 60)).process(played) + NoiseFloor(-60, 1).block(n)
+    canceller = EchoCanceller(EchoSettings())
+    fmt = AudioFormat(RATE, 2, 1)
+    ref = (played * 32767).astype("<i2").tobytes()
+    pcm = (np.clip(mic, -1, 1) * 32767).astype("<i2").tobytes()
+    chunk = 1024
+    began = time.process_time()
+    for i in range(0, len(pcm) - chunk, chunk):
+        canceller.reference(ref[i : i + chunk], fmt, i / 2 / RATE)
+        canceller.process(pcm[i : i + chunk], (i + chunk) / 2 / RATE)
+    cpu = time.process_time() - began
+    return {
+        "audio_s": seconds,
+        "cpu_s": round(cpu, 3),
+        "percent_of_one_core": round(100 * cpu / seconds, 2),
+    }
+
+
+# ---- report ---------------------------------------------------------------------------------
+
+
+def render(room: dict[str, Any]) -> list[str]:
+    def median(values: list[float]) -> str:
+        return f"{statistics.median(values):.0f}" if values else "—"
+
+    rows = []
+    for r in room["cases"]:
+        trials = [t for t in r["trials"] if t.get("over_reply")]
+        stops = [t["stopped_after_s"] * 1000 for t in trials if t.get("barged_in")]
+        in_time = f"{sum(bool(t.get('in_time')) for t in trials)}/{len(trials)}"
+        heard = f"{sum(bool(t['heard']) for t in r['trials'])}/{len(r['trials'])}"
+        aec = r["case"]["aec"]
+        rows.append([
+            r["name"], str(r["replies"]), str(r["turns"]), str(r["self_made_turns"]),
+            str(r["self_barge_ins"]), in_time if aec else "—",
+            " ".join(f"{s:.0f}" for s in stops) or "—", heard if aec else "—",
+            median(r["erle_db"]), median(r["e2e_from_endpoint_ms"]),
+        ])  # fmt: skip
+    headers = [
+        "room (echo, delay, tail, AEC)", "replies", "turns", "self-made turns",
+        "self barge-ins", "barge-in ≤ 300 ms", "stop after onset (ms)", "key words heard",
+        "ERLE dB", "E2E ms",
+    ]  # fmt: skip
+    s = room["summary"]
+    on, off = s["aec_on"], s["aec_off"]
+    cpu = room["aec_cpu"]
+    load = room.get("load", {})
+    return [
+        f"Room (server {' '.join(room['server_args'])}; speaker → room → mic at real time; "
+        f"{load.get('busy_processes', 0)} busy processes on {load.get('cores')} cores, load "
+        f"average {' '.join(f'{x:.1f}' for x in load.get('load_average_1m', []))}):",
+        render_table(headers, rows),
+        "",
+        f"AEC on: {on['replies']} replies, {on['self_made_turns']} self-made turns, "
+        f"{on['self_barge_ins']} self barge-ins (at −6 dB with the tail: "
+        f"{on['hard_room_replies']} replies, {on['hard_room_self_made_turns']} self-made, "
+        f"{on['hard_room_self_barge_ins']} self barge-ins); barge-in {on['barge_in_detected']}/"
+        f"{on['barge_in_trials']} detected, {on['barge_in_in_time']} within 300 ms (median stop "
+        f"{on['barge_in_stop_ms_median']} ms after onset), key words heard "
+        f"{on['barge_in_key_words_heard']}/{on['barge_in_trials']}; ERLE median "
+        f"{on['erle_db_median']} dB; E2E from endpoint median "
+        f"{on['e2e_from_endpoint_ms_median']} ms.",
+        f"AEC off: turns from one question {off['turns_from_one_question']} "
+        f"({off['self_made_turns']} self-made).",
+        f"AEC cost: {cpu['percent_of_one_core']} % of one core ({cpu['cpu_s']} s CPU for "
+        f"{cpu['audio_s']:.0f} s of audio).",
+        "",
+    ]

@@ -1,0 +1,283 @@
+"""The real-time audio core: the microphone, the echo canceller and the VAD on their own thread.
+
+    mic ─► [core thread: read ─► AEC3 (reference from the speaker thread) ─► Silero] ─► frames
+                                                                                      │
+    event loop: listener ◄── finished frames (chunk, capture time, probability, evidence)
+
+The thread runs its own small event loop for the microphone (so every source kind, with
+its restarts and backoff, is the same code as before) at a priority above the model work
+(pacing.raise_audio_thread), and does nothing else: a late main loop delays decisions,
+never the capture, so the canceller's two streams stay aligned. The speaker has its own
+thread (speaker.ContinuousSink) that reports what it writes to the canceller. The main
+loop gets each chunk with its capture time, its VAD probability and the canceller's
+evidence for turn_policy, all computed when the chunk came in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from ..satellite.endpoint import Endpointer
+from ..satellite.protocols import AudioSink, AudioSource, Hearing
+from ..satellite.turn_policy import Decision, Evidence, decide
+from .echo import EchoCanceller
+from .format import CHUNK_SECONDS
+from .mic import WavSource
+from .pacing import raise_audio_thread
+
+_LOGGER = logging.getLogger(__name__)
+
+MAX_QUEUED_SECONDS = 10.0  # frames the main loop has not taken yet (a file source waits)
+# The fast barge-in forgets a candidate after this many frames the policy ignores (the
+# endpointer keeps it longer, so whatever the fast path stops, the endpointer starts too).
+FAST_FORGET_FRAMES = 3
+READ_RETRY_S = 1.0
+CLOSE_WAIT = 3.0
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One finished microphone chunk."""
+
+    chunk: bytes  # echo removed
+    time: float  # monotonic time it was captured (read, on the core thread)
+    probability: float | None  # Silero's, on `chunk`
+    hearing: Hearing
+    evidence: Evidence | None
+
+
+class CoreSource:
+    """An AudioSource whose chunks were read, echo-cancelled and VAD-scored on the audio core
+    thread. The endpointer takes each chunk's probability and evidence from here."""
+
+    def __init__(
+        self,
+        source: AudioSource,
+        canceller: EchoCanceller | None,
+        endpointer: Endpointer | None,
+        live: bool = True,
+    ) -> None:
+        self.source = source
+        self.canceller = canceller
+        self.endpointer = endpointer
+        self.live = live  # a device or command: worth real-time priority
+        self.chunk_time: float | None = None
+        self.frame: Frame | None = None  # the chunk read last
+        self._queue: asyncio.Queue[Frame | None] | None = None
+        self._room = threading.Semaphore(int(MAX_QUEUED_SECONDS / CHUNK_SECONDS))
+        self._thread: threading.Thread | None = None
+        self._core_loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = threading.Event()
+        self._reset_vad = threading.Event()
+        # Barge-in without waiting for the event loop: called on this thread when the turn
+        # policy says INTERRUPT (the standalone pipeline sets it: the speaker's `cut`).
+        self.on_interrupt: Callable[[], None] | None = None
+        self._read: asyncio.Future[bytes | None] | None = None
+        self._fast_voiced = 0
+        self._fast_ignored = 0
+        if endpointer is not None:
+            endpointer.frame_probability = self._probability_of
+            endpointer.on_reset = self._reset_vad.set
+            endpointer.hearing = self._hearing
+            endpointer.evidence = self._evidence
+
+    # ---- what the endpointer asks of the chunk just read ------------------------------------
+
+    def _probability_of(self, chunk: bytes) -> float | None:
+        frame = self.frame
+        return frame.probability if frame is not None and frame.chunk is chunk else None
+
+    def _hearing(self) -> Hearing:
+        frame = self.frame
+        return frame.hearing if frame is not None else Hearing.CLEAR
+
+    def _evidence(self, probability: float) -> Evidence:
+        frame = self.frame
+        if frame is None or frame.evidence is None:
+            return Evidence(probability)
+        return replace(frame.evidence, probability=probability)
+
+    # ---- AudioSource ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._queue = asyncio.Queue()
+        self._stopping.clear()
+        opened: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=self._run, args=(loop, self._queue, opened), name="pivoice audio", daemon=True
+        )
+        self._thread.start()
+        await asyncio.wrap_future(opened)  # the source's own errors are raised here
+
+    async def read(self) -> bytes | None:
+        if self._queue is None:
+            return None
+        frame = await self._queue.get()
+        if frame is None:
+            self._queue.put_nowait(None)  # stays ended
+            return None
+        self._room.release()
+        self.frame = frame
+        self.chunk_time = frame.time
+        return frame.chunk
+
+    async def close(self) -> None:
+        self._stopping.set()
+        self._room.release()  # a thread waiting for room wakes and sees the stop
+        core_loop, thread = self._core_loop, self._thread
+        if core_loop is not None and thread is not None and thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # a read under way ends now
+                core_loop.call_soon_threadsafe(self._cancel_read)
+        if thread is not None:
+            await asyncio.to_thread(thread.join, CLOSE_WAIT)
+            if thread.is_alive():
+                _LOGGER.warning("The audio thread does not stop: leaving it")
+        self._thread = None
+
+    # ---- the core thread ------------------------------------------------------------------
+
+    def _run(
+        self,
+        main: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue[Frame | None],
+        opened: concurrent.futures.Future[None],
+    ) -> None:
+        if self.live:
+            raise_audio_thread("audio")
+        try:
+            asyncio.run(self._capture(main, queue, opened))
+        except Exception as err:  # never silent: the listener sees the end of the stream
+            _LOGGER.exception("The audio thread failed")
+            if not opened.done():
+                opened.set_exception(err)
+        finally:
+            with contextlib.suppress(RuntimeError):
+                main.call_soon_threadsafe(queue.put_nowait, None)
+
+    async def _capture(
+        self,
+        main: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue[Frame | None],
+        opened: concurrent.futures.Future[None],
+    ) -> None:
+        self._core_loop = asyncio.get_running_loop()
+        try:
+            await self.source.open()
+        except BaseException as err:
+            opened.set_exception(err)
+            return
+        opened.set_result(None)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    chunk = await self._read_or_stop()
+                except Exception as err:  # sources retry by themselves; a last resort
+                    _LOGGER.warning("Microphone read failed: %s", err)
+                    await asyncio.sleep(READ_RETRY_S)
+                    continue
+                if chunk is None:
+                    break
+                now = getattr(self.source, "chunk_time", None) or time.monotonic()
+                frame = self._finish(chunk, now)
+                # Wait for room (a file source outruns a busy loop); a live one never fills it.
+                while not self._room.acquire(timeout=0.5):
+                    if self._stopping.is_set():
+                        return
+                if self._stopping.is_set():
+                    return
+                main.call_soon_threadsafe(queue.put_nowait, frame)
+        finally:
+            with contextlib.suppress(Exception):
+                await self.source.close()
+
+    def _cancel_read(self) -> None:
+        read = self._read
+        if read is not None and not read.done():
+            read.cancel()
+
+    async def _read_or_stop(self) -> bytes | None:
+        """A read that a close interrupts (at once, or at the latest within half a second)."""
+        read = self._read = asyncio.ensure_future(self.source.read())
+        while True:
+            done, _ = await asyncio.wait({read}, timeout=0.5)
+            if done:
+                if read.cancelled():
+                    return None
+                return read.result()
+            if self._stopping.is_set():
+                read.cancel()
+                with contextlib.suppress(BaseException):
+                    await read
+                return None
+
+    def _finish(self, chunk: bytes, now: float) -> Frame:
+        canceller, endpointer = self.canceller, self.endpointer
+        if canceller is not None:
+            chunk = canceller.process(chunk, now)
+            # Where the capture clock puts it: a backlog read late keeps its capture time.
+            now = canceller.captured_until or now
+        probability = None
+        if endpointer is not None:
+            if self._reset_vad.is_set():
+                self._reset_vad.clear()
+                endpointer.reset_vad()
+            try:
+                probability = endpointer.probability(chunk)
+            except Exception:  # the loop's endpointer tries again on its own
+                _LOGGER.exception("VAD failed on the audio thread")
+        hearing = canceller.hearing if canceller is not None else Hearing.CLEAR
+        evidence = None
+        if canceller is not None and probability is not None:
+            evidence = canceller.evidence(probability)
+            self._fast_barge_in(evidence, now)
+        return Frame(chunk, now, probability, hearing, evidence)
+
+    def _fast_barge_in(self, evidence: Evidence, captured: float) -> None:
+        """The turn policy on this thread: a reply stops the moment the user's voice over it
+        is certain, however late the event loop runs; the endpointer's SPEECH_STARTED then
+        ends the turn's run as usual."""
+        endpointer = self.endpointer
+        if self.on_interrupt is None or endpointer is None or endpointer.in_speech:
+            self._fast_voiced = self._fast_ignored = 0
+            return
+        decision = decide(evidence, self._fast_voiced, endpointer.logic.policy)
+        if decision is Decision.IGNORE:
+            self._fast_ignored += 1
+            if self._fast_ignored >= FAST_FORGET_FRAMES:
+                self._fast_voiced = 0
+            return
+        self._fast_ignored = 0
+        self._fast_voiced += 1
+        if decision is Decision.INTERRUPT:
+            self._fast_voiced = 0
+            decided = time.monotonic()
+            self.on_interrupt()
+            # Where a barge-in's time goes: the chunk's capture → the decision (the mic's
+            # transport and this thread) → the cut (the speaker's lock, AEC3's second filter).
+            _LOGGER.info(
+                "Barge-in on the audio thread at %.3f: chunk captured %.0f ms before, "
+                "cut in %.0f ms",
+                decided,
+                (decided - captured) * 1000,
+                (time.monotonic() - decided) * 1000,
+            )
+
+
+def cancel_echo(
+    source: AudioSource, sink: AudioSink, endpointer: Endpointer, canceller: EchoCanceller | None
+) -> AudioSource:
+    """Put the canceller between `sink` (its reference) and `source`, with the microphone,
+    the canceller and the VAD on the audio core's thread (CoreSource); returns the source to
+    read from. Without a canceller the source is read as it is."""
+    if canceller is None:
+        return source
+    sink.tap = canceller
+    return CoreSource(source, canceller, endpointer, live=not isinstance(source, WavSource))

@@ -1,0 +1,582 @@
+"""Echo cancellation on the capture path: WebRTC's AEC3 (livekit's AudioProcessingModule).
+
+The satellite plays every sample itself, so it holds the exact reference. Both streams
+are placed on one 16 kHz timeline of monotonic time:
+- the sink reports each piece it hands the speaker with the time that piece is due to
+  play (`reference`); pieces of one reply are laid end to end, a gap is silence;
+- the capture path (`process`) takes each microphone chunk with the time it was read,
+  and for every 10 ms capture frame first feeds AEC3 the reference frame of the same
+  instant, then the capture frame.
+
+So AEC3 gets exactly one render frame per capture frame, in real-time order (no bursts
+that would overrun its render buffer), and the reference never comes later than its echo:
+a piece is due no later than it really plays, and a chunk is read no sooner than it was
+captured. What is left — the device's buffering, the room's acoustic delay — is a
+positive delay, which AEC3's delay estimator finds (measured here: 400 ms, not 500 ms).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+from wyoming.audio import AudioFormat
+
+from ..satellite.protocols import Hearing
+from ..satellite.settings import EchoSettings
+from ..satellite.turn_policy import NO_COUPLING_DB, Evidence
+from .format import RATE
+from .pcm import StreamingConverter
+
+if TYPE_CHECKING:
+    from livekit import rtc
+
+    from ..satellite.protocols import AudioSource
+
+_LOGGER = logging.getLogger(__name__)
+
+FRAME = RATE // 100  # AEC3 takes 10 ms frames
+# A piece due within this of the previous piece's end continues it (timing jitter);
+# later than that, the gap between them is silence.
+JOIN_SECONDS = 0.05
+KEEP_SECONDS = 2.0  # reference history kept behind the capture position
+CAPTURE_WINDOW_SECONDS = 5.0  # see CaptureClock
+GAP_SECONDS = 1.0  # a microphone whose reads stay this much later has restarted
+# After the reference falls silent, its echo may still arrive for this long
+# (the device's buffer, the acoustic delay, the room's tail: RT60 up to 0.8 s).
+ECHO_TAIL_SECONDS = 1.0
+SILENT_RMS = 1e-4  # a reference frame quieter than this (−80 dBFS) plays no echo
+# The echo estimate (turn_policy's evidence): windows of this many audible 10 ms frames
+# (0.5 s: the first must be done before a user talks over the first reply — a window with
+# the voice in it made a headset look coupled at −15 dB, and the voice was ignored),
+# the last few of them kept; the echo now comes from what played up to RECENT_FRAMES ago
+# (the device's buffer and the acoustic delay, 0.5 s at most in the rooms we model).
+WINDOW_FRAMES = 50
+WINDOWS_KEPT = 5
+RECENT_FRAMES = 50
+FLOOR_WINDOW_FRAMES = 50
+# A window where the microphone stands this far over the echo expected of it holds the
+# user's voice: it tells nothing of what the canceller achieves.
+USER_IN_WINDOW_DB = 3.0
+MAX_ERLE_DB = 40.0
+ONSET_QUIET_FRAMES = 100  # a reference silent this long (1 s) and sounding again: a reply starts
+ONSET_FRAMES = 50  # its first 0.5 s
+# After a barge-in a fresh AEC3 runs beside the live one (see EchoCanceller) and the better
+# of the two over windows of this many 10 ms frames of reply is heard; after TRIAL_WINDOWS
+# windows without the user's voice the worse one is dropped.
+TRIAL_WINDOW_FRAMES = 50
+TRIAL_WINDOWS = 4
+VOICE_PROBABILITY = 0.5  # a chunk the VAD scores this high may hold the user's voice
+
+
+def load_apm(settings: EchoSettings) -> rtc.AudioProcessingModule:
+    """A WebRTC AudioProcessingModule; ImportError/OSError when livekit cannot load here."""
+    from livekit import rtc
+
+    return rtc.AudioProcessingModule(
+        echo_cancellation=settings.echo_cancellation,
+        noise_suppression=settings.noise_suppression,
+        high_pass_filter=settings.high_pass_filter,
+        auto_gain_control=settings.auto_gain_control,
+    )
+
+
+@dataclass
+class EchoStats:
+    """Microphone energy while the reference played, before and after cancelling."""
+
+    seconds: float = 0.0
+    energy_in: float = 0.0
+    energy_out: float = 0.0
+
+    @staticmethod
+    def _dbfs(energy: float, samples: float) -> float | None:
+        if samples <= 0:
+            return None
+        return round(10 * math.log10(max(energy / samples, 1e-12)), 1)
+
+    @property
+    def in_dbfs(self) -> float | None:
+        return self._dbfs(self.energy_in, self.seconds * RATE)
+
+    @property
+    def out_dbfs(self) -> float | None:
+        return self._dbfs(self.energy_out, self.seconds * RATE)
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {
+            "seconds": round(self.seconds, 2),
+            "in_dbfs": self.in_dbfs,
+            "out_dbfs": self.out_dbfs,
+            "erle_db": self.erle_db,
+        }
+
+    @property
+    def erle_db(self) -> float | None:
+        """Echo return loss enhancement: how far cancelling took the level down."""
+        if self.seconds <= 0:
+            return None
+        return round(10 * math.log10(max(self.energy_in, 1e-12) / max(self.energy_out, 1e-12)), 1)
+
+
+class EchoEstimate:
+    """How loud the speaker comes back into the microphone and how much of it the
+    canceller takes out, from the frames that play: the evidence turn_policy weighs.
+
+    - coupling: echo energy (the microphone's, less the noise floor) over reference energy,
+      per window of audible frames; the lowest of the last few (the user's voice only ever
+      adds energy). Unknown: assumed 0 dB, the loudest echo a room gives.
+    - ERLE: microphone over residual energy in the windows without the user's voice; the
+      median of the last few. Unknown: 0.
+    - noise floor: the microphone's energy while nothing plays, lowest of recent windows.
+    """
+
+    def __init__(self) -> None:
+        self._ref = self._mic = self._out = 0.0
+        self._frames = 0
+        self._couplings: deque[float] = deque(maxlen=WINDOWS_KEPT)
+        self._erles: deque[float] = deque(maxlen=WINDOWS_KEPT)
+        self._floors: deque[float] = deque(maxlen=20)
+        self._quiet = 0.0
+        self._quiet_frames = 0
+        self._recent: deque[float] = deque(maxlen=RECENT_FRAMES)  # reference frame energies
+        self._silent_frames = ONSET_QUIET_FRAMES  # reference frames in a row without sound
+        self._since_onset = 0  # audible frames since a reply's first sound
+
+    @property
+    def coupling_db(self) -> float | None:
+        return min(self._couplings) if self._couplings else None
+
+    @property
+    def erle_db(self) -> float:
+        # The median of the last few: the lowest (a window still converging, or one with a
+        # leak) held a voice at the echo's level under the margin (bench, −3/−6 dB: 0/2).
+        return float(np.median(self._erles)) if self._erles else 0.0
+
+    @property
+    def floor(self) -> float:
+        """Mean-square energy of the noise floor (−70 dBFS until measured)."""
+        return min(self._floors) if self._floors else 1e-7
+
+    def frame(self, ref: float, mic: float, out: float, audible: bool, echo: bool) -> None:
+        """One 10 ms frame's mean-square energies (reference, microphone, residual)."""
+        self._recent.append(ref if audible else 0.0)
+        if audible:
+            if self._silent_frames >= ONSET_QUIET_FRAMES:
+                self._since_onset = 0
+            self._since_onset += 1
+            self._silent_frames = 0
+        else:
+            self._silent_frames += 1
+        if not echo:  # nothing plays, nor its tail: the room's own noise
+            self._quiet += mic
+            self._quiet_frames += 1
+            if self._quiet_frames >= FLOOR_WINDOW_FRAMES:
+                self._floors.append(self._quiet / self._quiet_frames)
+                self._quiet, self._quiet_frames = 0.0, 0
+            return
+        self._quiet, self._quiet_frames = 0.0, 0
+        if not audible:
+            return
+        self._ref += ref
+        self._mic += mic
+        self._out += out
+        self._frames += 1
+        if self._frames < WINDOW_FRAMES:
+            return
+        floor = self.floor * self._frames
+        echo_energy = max(self._mic - floor, 1e-12)
+        coupling = _db(echo_energy / max(self._ref, 1e-12))
+        known = self.coupling_db
+        if known is None or coupling <= known + USER_IN_WINDOW_DB:
+            erle = _db(max(self._mic - floor, 1e-12) / max(self._out - floor, 1e-12))
+            self._erles.append(min(max(erle, 0.0), MAX_ERLE_DB))
+        self._couplings.append(max(coupling, -90.0))
+        self._ref = self._mic = self._out = 0.0
+        self._frames = 0
+
+    @property
+    def no_echo(self) -> bool:
+        """The microphone does not hear the speaker (a headset): nothing to take out."""
+        coupling = self.coupling_db
+        return coupling is not None and coupling <= NO_COUPLING_DB
+
+    def expected_residual(self) -> float:
+        """Mean-square energy the echo alone would leave in the frame heard now."""
+        loudest = max(self._recent, default=0.0)
+        coupling = self.coupling_db
+        echo = loudest * 10 ** ((coupling if coupling is not None else 0.0) / 10)
+        # A reply's first moments: the filter heard may still be the one that adapted
+        # through the user's voice over the last reply (a barge-in's trial judges the two
+        # filters only as the reply plays), and leaks until it re-adapts (measured with a
+        # restart: a self-made turn 0.3 s into the next reply). Count on no cancelling for
+        # its first 0.5 s: only a voice louder than the echo itself interrupts then.
+        erle = self.erle_db if self._since_onset >= ONSET_FRAMES else 0.0
+        return echo / 10 ** (erle / 10) + self.floor
+
+
+def _db(ratio: float) -> float:
+    return 10 * math.log10(max(ratio, 1e-12))
+
+
+@dataclass
+class _Reference:
+    """The played audio on the timeline: `samples[0]` is timeline index `start`."""
+
+    start: int = 0
+    samples: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    converter: StreamingConverter | None = None
+    fmt: AudioFormat | None = None
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.samples)
+
+
+class CaptureClock:
+    """Where each microphone chunk lies on the timeline.
+
+    A chunk is read at or after its capture, later whenever the reader falls behind, so
+    its capture is placed at the sample count plus the smallest read-minus-count offset
+    seen: a backlog never makes audio look later than it was (the reference would then
+    come after its echo). The offset follows a larger minimum of the last
+    CAPTURE_WINDOW_SECONDS (a microphone slower than our clock, a mic that restarted after
+    a gap) only gradually, SLEW_SAMPLES per chunk at most (≈ 2000 ppm), and a smaller one
+    at once: the canceller's timeline never jumps later under a steady stream.
+    """
+
+    SLEW_SAMPLES = 1
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._offsets: deque[tuple[int, int]] = deque()  # (count, offset), offsets rising
+        self._offset: int | None = None
+
+    def first_sample(self, read_index: int, samples: int) -> int:
+        """The timeline index of the first sample of a chunk read at `read_index`."""
+        offset = read_index - samples - self.count
+        while self._offsets and self._offsets[-1][1] >= offset:
+            self._offsets.pop()
+        self._offsets.append((self.count, offset))
+        while self._offsets[0][0] < self.count - CAPTURE_WINDOW_SECONDS * RATE:
+            self._offsets.popleft()
+        target = self._offsets[0][1]
+        if self._offset is None or target <= self._offset:
+            self._offset = target
+        elif target - self._offset > GAP_SECONDS * RATE:
+            self._offset = target  # a gap in the stream (a restart): start anew
+        else:
+            self._offset += min(self.SLEW_SAMPLES, target - self._offset)
+        first = self.count + self._offset
+        self.count += samples
+        return first
+
+
+class EchoCanceller:
+    """AEC3 between what the satellite plays and what its microphone hears.
+
+    `reference` comes from the speaker's thread, `process` from the microphone's (the audio
+    core, core.py), or both from the event loop; a lock keeps them apart. Each 10 ms frame
+    costs AEC3 about 0.2 ms here (two filters: 0.4 ms).
+
+    A barge-in does not throw the filter away: the echo path is the same room before and
+    after it, and a continuous speaker keeps its delay. But the filter adapts through the
+    user's voice while it is over the reply, and AEC3 cannot be told to hold still; measured
+    offline (tests/test_echo.py, −6 dB/150 ms and −3 dB/250 ms rooms, the voice 0.25-0.9 s
+    over the reply): the kept filter cancels the next reply's first second well (28-38 dB)
+    and can lose 10 dB later in it (whole reply 8-16 dB), a fresh one is at 24-35 dB in its
+    first second and better later (14-19 dB). So a barge-in starts a fresh AEC3 *beside*
+    the live one, both fed every frame; over the next reply the better of the two in each
+    window is heard (judged on windows without the user's voice), and after TRIAL_WINDOWS
+    such windows the worse one is dropped. The next reply never starts on an unconverged
+    filter, and a filter that adapted through the voice does not stay.
+    """
+
+    def __init__(self, settings: EchoSettings) -> None:
+        self.settings = settings
+        self._apm = load_apm(settings)
+        # After a barge-in: the fresh filter beside the live one, which of the two is heard,
+        # and the trial's residual energies (window; all windows without the user's voice).
+        self._second: rtc.AudioProcessingModule | None = None
+        self._use_second = False
+        self._trial = [0.0, 0.0, 0.0, 0.0]  # window live, window second, total live, second
+        self._trial_frames = 0
+        self._trial_windows = 0
+        self._voice_in_window = False
+        self.trials: list[str] = []  # how each trial ended: "kept" or "fresh"
+        self._lock = threading.Lock()
+        self._origin: float | None = None  # monotonic time of timeline index 0
+        self._ref = _Reference()
+        self._capture = CaptureClock()
+        self._capture_index: int | None = None  # timeline index of the next capture frame
+        self._pending = np.zeros(0, dtype=np.int16)  # capture samples short of a frame
+        # Output lags input by one frame (10 ms) so every chunk comes back whole.
+        self._out = np.zeros(FRAME, dtype=np.int16)
+        self._last_echo_index = -(10**9)  # timeline index of the last audible reference frame
+        self.estimate = EchoEstimate()
+        self._chunk_residual = 0.0  # mean-square energy of the last chunk's output
+        self._chunk_expected = 0.0  # …and what the echo alone would have left of it
+        self.stats = EchoStats()
+
+    # ---- the timeline -----------------------------------------------------------------
+
+    def _index(self, when: float) -> int:
+        if self._origin is None:
+            self._origin = when
+        return round((when - self._origin) * RATE)
+
+    # ---- what plays ---------------------------------------------------------------------
+
+    def reference(self, pcm: bytes, fmt: AudioFormat, due: float) -> None:
+        """`pcm` (in `fmt`) is due to start playing at monotonic time `due`."""
+        with self._lock:
+            self._add_reference(pcm, fmt, due)
+
+    def _add_reference(self, pcm: bytes, fmt: AudioFormat, due: float) -> None:
+        index = self._index(due)
+        ref = self._ref
+        if ref.fmt != fmt or index > ref.end + JOIN_SECONDS * RATE:
+            if ref.fmt != fmt:
+                ref.converter = StreamingConverter(fmt, RATE)  # another format: a new stream
+                ref.fmt = fmt
+            # Nothing plays in the past: a piece reported after the microphone moved on
+            # starts no earlier than what the mic reads now.
+            if self._capture_index is not None:
+                index = max(index, self._capture_index)
+        assert ref.converter is not None
+        samples = ref.converter.convert(pcm)
+        if index > ref.end + JOIN_SECONDS * RATE:
+            # A gap (the speaker ran dry, or nothing played): silence on the timeline.
+            gap = np.zeros(index - ref.end, dtype=np.float32)
+            ref.samples = np.concatenate([ref.samples, gap, samples])
+        else:
+            ref.samples = np.concatenate([ref.samples, samples])
+
+    def cut(self, at: float) -> None:
+        """The reply stopped at monotonic `at` (a barge-in on a sink that stops its device):
+        what was handed over for later never plays."""
+        with self._lock:
+            ref, index = self._ref, self._index(at)
+            if index < ref.end:
+                ref.samples = ref.samples[: max(0, index - ref.start)]
+            self._barge_in()
+
+    def barge_in(self) -> None:
+        """The user talked over the reply and it was stopped: a fresh AEC3 starts beside the
+        live one (see the class)."""
+        with self._lock:
+            self._barge_in()
+
+    def _barge_in(self) -> None:
+        if not self.settings.echo_cancellation:
+            return
+        if self._second is not None and self._use_second:
+            self._apm = self._second  # the fresh one was winning: it is the live one now
+        self._second = load_apm(self.settings)  # ≈ 20 ms under load, once per barge-in
+        self._use_second = False
+        self._trial = [0.0, 0.0, 0.0, 0.0]
+        self._trial_frames = self._trial_windows = 0
+        self._voice_in_window = False
+
+    def _second_frame(self, render: bytes, capture: bytes, live_out: np.ndarray, audible: bool):
+        """The fresh filter on the same frame; returns the output to hear."""
+        from livekit.rtc import AudioFrame
+
+        second = self._second
+        assert second is not None
+        second.process_reverse_stream(AudioFrame(render, RATE, 1, FRAME))
+        second.set_stream_delay_ms(0)
+        frame = AudioFrame(capture, RATE, 1, FRAME)
+        second.process_stream(frame)
+        out = np.frombuffer(frame.data, dtype=np.int16).copy()
+        if audible:
+            trial = self._trial
+            trial[0] += float(np.mean(live_out.astype(np.float64) ** 2))
+            trial[1] += float(np.mean(out.astype(np.float64) ** 2))
+            self._trial_frames += 1
+            if self._trial_frames >= TRIAL_WINDOW_FRAMES:
+                self._end_trial_window()
+        return out if self._use_second else live_out
+
+    def _end_trial_window(self) -> None:
+        trial = self._trial
+        if not self._voice_in_window:  # the user's voice would favour the one taking it off
+            self._use_second = trial[1] < trial[0]
+            trial[2] += trial[0]
+            trial[3] += trial[1]
+            self._trial_windows += 1
+        trial[0] = trial[1] = 0.0
+        self._trial_frames = 0
+        self._voice_in_window = False
+        if self._trial_windows < TRIAL_WINDOWS:
+            return
+        fresh = trial[3] < trial[2]
+        if fresh:
+            assert self._second is not None
+            self._apm = self._second
+        self._second = None
+        self._use_second = False
+        self.trials.append("fresh" if fresh else "kept")
+        _LOGGER.debug("After the barge-in the %s filter stays", "fresh" if fresh else "kept")
+
+    def _reference_frame(self, index: int) -> np.ndarray:
+        ref = self._ref
+        frame = np.zeros(FRAME, dtype=np.float32)
+        lo, hi = max(index, ref.start), min(index + FRAME, ref.end)
+        if lo < hi:
+            frame[lo - index : hi - index] = ref.samples[lo - ref.start : hi - ref.start]
+        # Forget what lies well behind the capture position.
+        drop = index - KEEP_SECONDS * RATE - ref.start
+        if drop > RATE:
+            drop = int(min(drop, len(ref.samples)))
+            ref.samples = ref.samples[drop:]
+            ref.start += drop
+        return frame
+
+    # ---- what the microphone hears --------------------------------------------------------
+
+    def process(self, chunk: bytes, captured: float) -> bytes:
+        """One mic chunk (16 kHz mono s16le) read at monotonic `captured` → the same length,
+        echo removed."""
+        with self._lock:
+            return self._process(chunk, captured)
+
+    def _process(self, chunk: bytes, captured: float) -> bytes:
+        from livekit.rtc import AudioFrame
+
+        samples = np.frombuffer(chunk, dtype="<i2")
+        first = self._capture.first_sample(self._index(captured), len(samples))
+        self._capture_index = first - len(self._pending)  # the next frame starts there
+        pending = np.concatenate([self._pending, samples])
+        outputs = [self._out]
+        used = 0
+        scale = 1.0 / (32768.0 * 32768.0)
+        residual = expected = 0.0
+        frames = 0
+        while len(pending) - used >= FRAME:
+            ref = self._reference_frame(self._capture_index)
+            ref_energy = float(np.mean(ref * ref))
+            audible = ref_energy > SILENT_RMS * SILENT_RMS
+            if audible:
+                self._last_echo_index = self._capture_index
+            render_pcm = _to_pcm16(ref)
+            render = AudioFrame(render_pcm, RATE, 1, FRAME)
+            self._apm.process_reverse_stream(render)
+            if self.settings.echo_cancellation:
+                self._apm.set_stream_delay_ms(0)
+            near = pending[used : used + FRAME]
+            near_pcm = near.tobytes()
+            capture = AudioFrame(near_pcm, RATE, 1, FRAME)
+            self._apm.process_stream(capture)
+            out = np.frombuffer(capture.data, dtype=np.int16).copy()
+            if self._second is not None:
+                out = self._second_frame(render_pcm, near_pcm, out, audible)
+            if audible:
+                self._count(near, out)
+            echo = self._echo_possible()
+            mic_energy = float(np.mean(near.astype(np.float64) ** 2)) * scale
+            out_energy = float(np.mean(out.astype(np.float64) ** 2)) * scale
+            self.estimate.frame(ref_energy, mic_energy, out_energy, audible, echo)
+            # AEC3 always sees the stream (its state stays continuous); outside echo its
+            # output is not used, so speech outside replies reaches the VAD as captured,
+            # and with no echo path (a headset) nothing is taken off the user's voice.
+            use_out = (echo and not self.estimate.no_echo) or self.settings.always_process
+            chosen = out if use_out else near
+            outputs.append(chosen)
+            residual += float(np.mean(chosen.astype(np.float64) ** 2)) * scale
+            expected += self.estimate.expected_residual()
+            frames += 1
+            used += FRAME
+            self._capture_index += FRAME
+        if frames:
+            self._chunk_residual, self._chunk_expected = residual / frames, expected / frames
+        self._pending = pending[used:].copy()
+        out_all = np.concatenate(outputs)
+        self._out = out_all[len(samples) :].copy()
+        return out_all[: len(samples)].astype("<i2").tobytes()
+
+    def _count(self, near: np.ndarray, out: np.ndarray) -> None:
+        scale = 1.0 / (32768.0 * 32768.0)
+        self.stats.seconds += FRAME / RATE
+        self.stats.energy_in += float(np.sum(near.astype(np.float64) ** 2)) * scale
+        self.stats.energy_out += float(np.sum(out.astype(np.float64) ** 2)) * scale
+
+    def take_stats(self) -> EchoStats:
+        with self._lock:
+            stats, self.stats = self.stats, EchoStats()
+        return stats
+
+    @property
+    def captured_until(self) -> float | None:
+        """Monotonic time the last chunk processed ended, as the capture clock places it."""
+        if self._origin is None or self._capture_index is None:
+            return None
+        return self._origin + (self._capture_index + len(self._pending)) / RATE
+
+    def _echo_possible(self) -> bool:
+        index = self._capture_index
+        return index is not None and index - self._last_echo_index <= ECHO_TAIL_SECONDS * RATE
+
+    @property
+    def hearing(self) -> Hearing:
+        """What the microphone may be hearing now besides the user."""
+        return Hearing.ECHO if self._echo_possible() else Hearing.CLEAR
+
+    def evidence(self, probability: float) -> Evidence:
+        """The last chunk processed, for turn_policy.decide, given its VAD probability (a
+        barge-in's trial of two filters leaves out windows with the user's voice)."""
+        if probability >= VOICE_PROBABILITY:
+            self._voice_in_window = True
+        estimate = self.estimate
+        return Evidence(
+            probability,
+            playing=self._echo_possible(),
+            coupling_db=estimate.coupling_db,
+            residual_db=round(_db(self._chunk_residual), 1),
+            expected_residual_db=round(_db(self._chunk_expected), 1),
+        )
+
+
+def _to_pcm16(samples: np.ndarray) -> bytes:
+    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16).tobytes()
+
+
+def open_canceller(settings: EchoSettings) -> EchoCanceller | None:
+    """The canceller the settings ask for, or None (off, or livekit cannot load here)."""
+    if not settings.active:
+        return None
+    try:
+        return EchoCanceller(settings)
+    except (ImportError, OSError, RuntimeError) as err:
+        _LOGGER.error(
+            "Echo cancellation is unavailable (%s): the microphone will hear the speaker", err
+        )
+        return None
+
+
+class EchoCancelledSource:
+    """An AudioSource whose chunks come out of the echo canceller."""
+
+    def __init__(self, source: AudioSource, canceller: EchoCanceller) -> None:
+        self.source = source
+        self.canceller = canceller
+        self.chunk_time: float | None = None
+
+    async def open(self) -> None:
+        await self.source.open()
+
+    async def read(self) -> bytes | None:
+        chunk = await self.source.read()
+        if chunk is None:
+            return None
+        self.chunk_time = getattr(self.source, "chunk_time", None) or time.monotonic()
+        return self.canceller.process(chunk, self.chunk_time)
+
+    async def close(self) -> None:
+        await self.source.close()
