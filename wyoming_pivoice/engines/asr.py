@@ -48,9 +48,8 @@ class AsrSettings:
         0, "--asr-threads", help="0: CTranslate2's default", addon=Addon("int(0,64)?")
     )
     without_timestamps: bool = True  # for audio cut tightly (the fitted window) only
-    # Shortest encoder window in seconds for audio cut tightly after the speech; the window
-    # fits the utterance above it, and audio that ends in silence gets Whisper's fixed 30 s
-    # (see whisper_window). 30: always Whisper's window.
+    # Shortest encoder window in seconds; the window fits the utterance above it, after a
+    # long quiet tail is cut (see whisper_window). 30: always Whisper's window, audio as is.
     window_s: float = opt(
         10.0,
         "--asr-window",
