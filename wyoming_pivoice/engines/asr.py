@@ -64,8 +64,8 @@ class AsrSettings:
     tight_tail_s: float = TIGHT_TAIL_S
     # Such audio (a WAV file, Home Assistant's stream up to its end of speech) has its quiet
     # tail cut to this, as the satellite's endpoint cuts it, and takes the fitted window too:
-    # 175 clips × 3 seeded rounds, 220-223 errors of 1103 words against 257-261 in Whisper's
-    # 30 s window (the session-7 rule, None here), ~4× less compute (docs/asr.md).
+    # 175 clips × 3 seeded rounds, 220-223 errors of 1103 words against 257-262 in Whisper's
+    # 30 s window (the session-7 rule, None here), ~5× less compute (docs/asr.md).
     keep_tail_s: float | None = KEEP_TAIL_S
     # faster-whisper's temperature fallback: a decode that fails its checks is sampled again
     # at rising temperatures (random: the same audio can give two transcripts).

@@ -20,8 +20,8 @@ voice), goes to the fitted window as it is. Audio that goes on in silence after 
 (10 ms frames 30 dB below the loudest), then takes the fitted window too. Session 7 sent it
 to Whisper's 30 s window instead, from 59 clips (64-68 errors against 75, single sampled
 runs); on 175 clips (the same texts in 3 voices each) over 3 seeded rounds that rule made
-257-261 errors of 1103 words, the fitted window 223-231, the cut tail + fitted window
-220-223, the satellite's own cut 213-219 (docs/asr.md), at a quarter of the compute.
+257-262 errors of 1103 words, the fitted window 223-231, the cut tail + fitted window
+220-223, the satellite's own cut 213-219 (docs/asr.md), at a fifth of the compute.
 """
 
 from __future__ import annotations
