@@ -7,9 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from wyoming_pivoice.engines import asr as asr_module
 from wyoming_pivoice.engines.asr import AsrSettings, WhisperAsr
 from wyoming_pivoice.engines.whisper_window import (
+    KEEP_TAIL_S,
     _pad_or_trim,
+    cut_quiet_tail,
     encoder_window,
     fitted_frames,
     quiet_tail_s,
@@ -50,6 +53,62 @@ def test_only_audio_cut_tightly_after_the_speech_gets_the_fitted_window() -> Non
     assert quiet_tail_s(np.zeros(0, dtype=np.float32)) == 0.0
 
 
+def test_a_long_quiet_tail_is_cut_to_the_satellites_pad() -> None:
+    quiet = np.zeros(16000, dtype=np.float32)
+    loose = np.concatenate([quiet[:8000], _tone(1.5), quiet[:12800]])
+    cut = cut_quiet_tail(loose, KEEP_TAIL_S)
+    assert quiet_tail_s(cut) == pytest.approx(KEEP_TAIL_S, abs=1 / 16000)
+    assert np.array_equal(cut, loose[: cut.size])  # the voice and the lead are untouched
+    tight = loose[: cut.size]
+    assert cut_quiet_tail(tight, KEEP_TAIL_S) is tight  # nothing to cut
+
+
+class _Model:
+    """Stands in for faster-whisper's model: records how it is called (control flow only)."""
+
+    class model:
+        is_multilingual = False
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def transcribe(self, audio: np.ndarray, **options: object) -> tuple[list, None]:
+        self.calls.append({"seconds": audio.size / 16000, **options})
+        return [], None
+
+
+@pytest.mark.parametrize(
+    ("settings", "tail_s", "expect_s", "expect_frames"),
+    [
+        (AsrSettings(), 0.8, 0.5 + 1.5 + KEEP_TAIL_S, 1000),  # a file: cut, fitted window
+        (AsrSettings(), 0.1, 0.5 + 1.5 + 0.1, 1000),  # the satellite's cut: as it is
+        (AsrSettings(keep_tail_s=None), 0.8, 0.5 + 1.5 + 0.8, None),  # session 7: 30 s
+        (AsrSettings(window_s=30.0), 0.8, 0.5 + 1.5 + 0.8, None),  # --asr-window 30: as is
+    ],
+)
+def test_the_engine_frames_audio_by_its_tail(
+    monkeypatch: pytest.MonkeyPatch,
+    settings: AsrSettings,
+    tail_s: float,
+    expect_s: float,
+    expect_frames: int | None,
+) -> None:
+    windows: list[int | None] = []
+    monkeypatch.setattr(
+        asr_module,
+        "encoder_window",
+        lambda frames: (windows.append(frames), encoder_window(frames))[1],
+    )
+    engine = WhisperAsr.__new__(WhisperAsr)
+    engine.settings, engine.model, engine.english_only = settings, _Model(), True
+    quiet = np.zeros(int(tail_s * 16000), dtype=np.float32)
+    assert engine.transcribe(np.concatenate([np.zeros(8000, np.float32), _tone(1.5), quiet])) == ""
+    (call,) = engine.model.calls
+    assert call["seconds"] == pytest.approx(expect_s, abs=0.002)
+    assert windows == [expect_frames]
+    assert call["without_timestamps"] is (expect_frames is not None)
+
+
 def test_padding_follows_the_window_and_never_cuts_audio() -> None:
     mel = np.ones((80, 1200), dtype=np.float32)
     assert _pad_or_trim(mel).shape == (80, 3000)  # outside a window: Whisper's own padding
@@ -81,7 +140,8 @@ def test_short_command_is_heard_with_the_short_window(asr: WhisperAsr, kitchen_w
     ]  # cut 0.1 s after the voice, as the satellite
     assert fitted_frames(tight, 10) == 1000
     assert "kitchen light" in asr.transcribe(tight).lower()
-    assert fitted_frames(samples, 10) is None  # the whole file: Whisper's 30 s window
+    assert fitted_frames(samples, 10) is None  # the whole file is not cut tightly …
+    assert fitted_frames(cut_quiet_tail(samples, KEEP_TAIL_S), 10) == 1000  # … until cut
     assert "kitchen light" in asr.transcribe(samples).lower()
 
 

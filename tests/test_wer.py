@@ -83,3 +83,30 @@ def test_bench_wer_section_scores_every_path_and_renders() -> None:
     text = "\n".join(wer.render({**section, "turns": {"lock": 1, "thermo": 2}}))
     assert "| satellite |" in text and "Like the front door" in text
     assert "1 utterance(s) not heard as exactly one turn" in text
+
+
+def test_the_wide_corpus_speaks_every_text_in_three_voices() -> None:
+    lines = corpus.household(3)
+    assert len(lines) == 3 * len(corpus.HOUSEHOLD_TEXTS) + 1 == 175
+    assert lines[: len(corpus.HOUSEHOLD_TEXTS)] == corpus.HOUSEHOLD[:-1]  # shift 0 first
+    assert len({line.id for line in lines}) == len(lines)
+    by_text: dict[str, set[str]] = {}
+    for line in lines[:-1]:
+        by_text.setdefault(line.text, set()).add(f"{line.voice}/{line.tempo}")
+    assert all(len(voices) == 3 for voices in by_text.values())
+
+
+def test_the_ablation_table_gives_the_median_and_every_round() -> None:
+    row = {
+        "variant": "server now",
+        "candidate": "the fix",
+        "clip": "whole",
+        "wer": 0.2,
+        "errors": 2,
+        "errors_per_round": [1, 2, 3],
+        "words": 10,
+        "exact": 1,
+        "median_ms": 80.0,
+    }
+    table = wer.markdown({"rows": [row], "utterances": 2, "rounds": 3, "seed": 1})
+    assert "| server now | the fix | whole | 20.0 % | 2 / 10 | 1, 2, 3 | 1/2 | 80 |" in table

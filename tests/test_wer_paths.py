@@ -1,18 +1,19 @@
-"""WER of the ASR paths on household clips: our server may not hear a whole clip worse than
-plain faster-whisper with the same weights, and our satellite not worse than our server.
+"""WER of the ASR paths on the household corpus with every text in 3 voices (175 clips, 1103
+words): our server may not hear the whole clips worse than plain faster-whisper with the
+same weights, nor the satellite's audio worse than the server hears the whole clips.
 
-WINDOW: clips whose whole-file transcript the fitted 10 s window got wrong while plain
-faster-whisper's 30 s window got right ("Lock the front door" → "Like my friend's door",
-"coffee machine" → "cloth in machine"), decoded greedily as a rule; one word of slack
-covers a rare sampled fallback. HARD: the issue's examples ("leap year", the thermostat,
-"Lock the front door") and the real recording; two of them fall back to sampling, so the
-satellite may lose or win a word by chance: one word (of ~50) is allowed.
+Words, not speed, so load does not matter; the temperature fallback samples, so each side
+may move by a few words between runs. Measured (3 seeded rounds each, docs/asr.md): server
+220-223 errors, plain faster-whisper 257-261, the satellite's audio 213-219; a round moves
+a side by ≤ 8 words. So the server is held to plain's count itself (a 37-word margin) and
+the satellite to the server's + 11 words (one point, issue #27's target). The server as
+session 7 left it (whole clips in Whisper's 30 s window) decodes as plain does: it passes
+the first test only by the luck of the sampling, about every other run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 from pathlib import Path
 
 import pytest
@@ -21,62 +22,69 @@ from pivoice_lab.bench import corpus, wer
 from wyoming_pivoice.engines.asr import AsrSettings, WhisperAsr
 from wyoming_pivoice.satellite.settings import VadSettings
 
-WINDOW = ("lock_front", "lock_all", "date", "coffee", "doorbell")
+POINT_WORDS = 11  # one point of WER on 1103 words
+# The issue's examples: "leap year", the thermostat, "Lock the front door", the recording.
 HARD = ("lock_front", "thermo_21", "leap_is", "leap_days", "heat_up", "list_remove", "arctic")
-SLACK_WORDS = 1
 
 
 @pytest.fixture(scope="module")
-def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, corpus.Utterance]:
-    lines = tuple(line for line in corpus.HOUSEHOLD if line.id in {*WINDOW, *HARD})
-    return {u.id: u for u in corpus.build(tmp_path_factory.mktemp("wer-corpus"), lines=lines)}
+def clips(tmp_path_factory: pytest.TempPathFactory) -> list[corpus.Utterance]:
+    return corpus.build(tmp_path_factory.mktemp("wer-corpus"), lines=corpus.household(3))
 
 
 @pytest.fixture(scope="module")
-def server_texts(server_port: int, clips: dict[str, corpus.Utterance]) -> dict[str, str]:
+def server_texts(server_port: int, clips: list[corpus.Utterance]) -> dict[str, str]:
     uri = f"tcp://127.0.0.1:{server_port}"
-    return asyncio.run(wer.server_transcripts(uri, list(clips.values())))
+    return asyncio.run(wer.server_transcripts(uri, clips))
 
 
-def _errors(clips: list[corpus.Utterance], texts: dict[str, str]) -> dict:
+def _score(clips: list[corpus.Utterance], texts: dict[str, str]) -> dict:
     return wer.score((u.id, u.text, texts[u.id]) for u in clips)
 
 
 @pytest.mark.slow
-def test_server_hears_the_whole_clip_as_well_as_plain_faster_whisper(
-    clips: dict[str, corpus.Utterance], server_texts: dict[str, str]
+def test_server_hears_whole_clips_as_well_as_plain_faster_whisper(
+    clips: list[corpus.Utterance], server_texts: dict[str, str]
 ) -> None:
-    chosen = [clips[i] for i in (*WINDOW, "arctic")]
-    plain = _errors(chosen, wer.plain_transcripts(chosen, AsrSettings()))
-    ours = _errors(chosen, server_texts)
-    assert ours["words"] >= 30
-    assert ours["errors"] <= plain["errors"] + SLACK_WORDS, (ours, plain)
-    # The fitted window on the same whole clips (the server before #27) is worse: the test
-    # tells the two apart.
-    before = WhisperAsr(AsrSettings(tight_tail_s=math.inf))
-    fitted = _errors(chosen, {u.id: before.transcribe(u.samples()) for u in chosen})
-    assert fitted["errors"] > plain["errors"] + SLACK_WORDS, (fitted, plain)
+    plain = _score(clips, wer.plain_transcripts(clips, AsrSettings(seed=1)))
+    ours = _score(clips, server_texts)
+    assert ours["words"] > 1000
+    assert ours["errors"] <= plain["errors"], (ours["wer"], plain["wer"])
 
 
 @pytest.mark.slow
-def test_satellite_hears_as_well_as_the_server_on_the_whole_clip(
-    server_port: int, clips: dict[str, corpus.Utterance], server_texts: dict[str, str]
+def test_the_satellites_audio_is_heard_as_well_as_the_whole_clip(
+    server_port: int, clips: list[corpus.Utterance], server_texts: dict[str, str]
 ) -> None:
-    hard_clips = [clips[i] for i in HARD]
+    """The audio the satellite sends (its endpointer at its defaults; the speculation sends
+    the very same), through the same server."""
+    uri = f"tcp://127.0.0.1:{server_port}"
+    texts = asyncio.run(wer.server_transcripts(uri, clips, wer.satellite_audio))
+    satellite, server = _score(clips, texts), _score(clips, server_texts)
+    assert satellite["errors"] <= server["errors"] + POINT_WORDS, (satellite["wer"], server["wer"])
+
+
+@pytest.mark.slow
+def test_the_satellite_hears_hard_clips_as_one_turn_each(
+    server_port: int, clips: list[corpus.Utterance], server_texts: dict[str, str]
+) -> None:
+    """The real satellite (mic at real-time pace, speculation on): one turn per utterance,
+    and on the issue's hard clips (~50 words) no more than 3 words worse than the server on
+    the whole clip (a sampled fallback moves either by a word or two)."""
+    hard = [u for u in clips if u.id in HARD]
     texts, turns = asyncio.run(
         wer.satellite_transcripts(
             f"tcp://127.0.0.1:{server_port}",
-            hard_clips,
+            hard,
             VadSettings.silence_ms,  # the satellite's defaults
             VadSettings.speculate_ms,
             120,
         )
     )
     assert all(count == 1 for count in turns.values()), turns  # no utterance split in two
-    satellite = _errors(hard_clips, texts)
-    server = _errors(hard_clips, server_texts)
+    satellite, server = _score(hard, texts), _score(hard, server_texts)
     assert server["words"] >= 45
-    assert satellite["errors"] <= server["errors"] + SLACK_WORDS, (satellite, server)
+    assert satellite["errors"] <= server["errors"] + 3, (texts, server_texts)
 
 
 @pytest.mark.slow

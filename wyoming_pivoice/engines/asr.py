@@ -14,7 +14,15 @@ from ..catalogue import names
 from ..models import ModelStore, cached_whisper, resolve_whisper, whisper_name
 from ..options import Addon, opt
 from .protocols import EngineDescription
-from .whisper_window import FULL_WINDOW_S, TIGHT_TAIL_S, encoder_window, fitted_frames
+from .whisper_window import (
+    FULL_WINDOW_S,
+    KEEP_TAIL_S,
+    TIGHT_TAIL_S,
+    cut_quiet_tail,
+    encoder_window,
+    fitted_frames,
+    quiet_tail_s,
+)
 
 
 @dataclass(frozen=True)
@@ -40,9 +48,8 @@ class AsrSettings:
         0, "--asr-threads", help="0: CTranslate2's default", addon=Addon("int(0,64)?")
     )
     without_timestamps: bool = True  # for audio cut tightly (the fitted window) only
-    # Shortest encoder window in seconds for audio cut tightly after the speech; the window
-    # fits the utterance above it, and audio that ends in silence gets Whisper's fixed 30 s
-    # (see whisper_window). 30: always Whisper's window.
+    # Shortest encoder window in seconds; the window fits the utterance above it, after a
+    # long quiet tail is cut (see whisper_window). 30: always Whisper's window, audio as is.
     window_s: float = opt(
         10.0,
         "--asr-window",
@@ -52,14 +59,22 @@ class AsrSettings:
     )
     engine: str = "faster-whisper"  # its name in engines/registry.py
     store: ModelStore = field(default_factory=ModelStore)  # where named models download to
-    # Audio whose quiet tail is longer than this is not cut tightly: Whisper's 30 s window
-    # (math.inf: the fitted window for all audio, as before).
+    # Audio whose quiet tail is longer than this is not cut tightly (math.inf: every tail
+    # counts as tight, the fitted window for all audio as before #27).
     tight_tail_s: float = TIGHT_TAIL_S
+    # Such audio (a WAV file, Home Assistant's stream up to its end of speech) has its quiet
+    # tail cut to this, as the satellite's endpoint cuts it, and takes the fitted window too:
+    # 175 clips × 3 seeded rounds, 220-223 errors of 1103 words against 257-262 in Whisper's
+    # 30 s window (the session-7 rule, None here), ~5× less compute (docs/asr.md).
+    keep_tail_s: float | None = KEEP_TAIL_S
     # faster-whisper's temperature fallback: a decode that fails its checks is sampled again
     # at rising temperatures (random: the same audio can give two transcripts).
     temperature_fallback: bool = True
     cap_tokens: bool = True  # decoding cap by audio length (max_tokens), fitted window only
     trim_repeats: bool = True  # collapse_repeats on each segment
+    # Seeds the fallback's sampling: the same calls in the same order give the same words
+    # (None: a random seed, as faster-whisper does). Used to score WER repeatably.
+    seed: int | None = None
 
 
 # Nobody speaks faster than ~4 words (≈6 tokens) a second; a segment decoding far more
@@ -97,6 +112,14 @@ class WhisperAsr:
 
         self.settings = settings
         self.model_path = resolve_whisper(settings.model, settings.store)
+        if settings.seed is not None:
+            # CTranslate2 draws from one generator per thread (`thread_local std::mt19937`),
+            # seeded from the global seed when that thread first samples; a seed set later
+            # changes nothing. The model's worker thread is made here, so the seed must be
+            # set first (then two runs of the same calls agree word for word, docs/asr.md).
+            import ctranslate2
+
+            ctranslate2.set_random_seed(settings.seed)
         self.model = WhisperModel(
             self.model_path,
             device="cpu",
@@ -152,15 +175,21 @@ class WhisperAsr:
         if audio.size == 0:
             return
         lang = "en" if self.english_only else (language or self.settings.language)
-        seconds = audio.size / 16000
         settings = self.settings
+        if (
+            settings.keep_tail_s is not None
+            and settings.window_s < FULL_WINDOW_S
+            and quiet_tail_s(audio) > settings.tight_tail_s
+        ):
+            audio = cut_quiet_tail(audio, settings.keep_tail_s)
+        seconds = audio.size / 16000
         frames = fitted_frames(audio, settings.window_s, settings.tight_tail_s)
         options: dict = {}
         if not settings.temperature_fallback:
             options["temperature"] = 0.0
         # The cap guards the fitted window (where tiny.en loops); in the 30 s window it only
         # cut the fallback's sampled decodes short (69-76 errors with it, 60 without, plain
-        # faster-whisper 65-69 on the household corpus; docs/asr.md).
+        # faster-whisper 65-69 on the 59-clip household corpus; docs/asr.md).
         if settings.cap_tokens and frames is not None:
             options["max_new_tokens"] = max_tokens(seconds)
         segments, _info = self.model.transcribe(
@@ -168,8 +197,8 @@ class WhisperAsr:
             language=lang,
             beam_size=settings.beam_size,
             initial_prompt=settings.initial_prompt,
-            # Audio not cut tightly (a file, Home Assistant's stream) is decoded as plain
-            # faster-whisper decodes it: its 30 s window, its timestamps, no cap (docs/asr.md).
+            # In Whisper's 30 s window (--asr-window 30, or keep_tail_s None) audio is
+            # decoded as plain faster-whisper decodes it: timestamps, no cap (docs/asr.md).
             without_timestamps=settings.without_timestamps and frames is not None,
             condition_on_previous_text=False,
             vad_filter=False,  # the satellite already trims with Silero VAD

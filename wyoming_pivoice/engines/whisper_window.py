@@ -14,13 +14,14 @@ loops 2/5/9/13) for 134/122/105/86 ms, so 10 s it is.
 Frames are only ever padded less, never trimmed beyond what the original trims: audio
 longer than the window keeps Whisper's own 30 s seeking.
 
-The fitted window is only for audio cut tightly around the speech, as the satellite's
-endpoint cuts it (≤ 0.25 s after the voice). Audio that goes on in silence after the speech
-(a WAV file, Home Assistant's own endpointing) decodes better in Whisper's 30 s window: on
-the household corpus (docs/asr.md; 59 clips, 375 words) the whole clips made 75 errors in
-the 10 s window against 64-68 in the 30 s one, while the satellite's cut of the same clips
-made 71-74 in the 10 s window against 81 in the 30 s one. `fitted` tells them apart by the
-quiet tail (10 ms frames 30 dB below the loudest).
+Audio cut tightly after the speech, as the satellite's endpoint cuts it (≤ 0.25 s after the
+voice), goes to the fitted window as it is. Audio that goes on in silence after the speech
+(a WAV file, Home Assistant's own endpointing) first has its quiet tail cut to KEEP_TAIL_S
+(10 ms frames 30 dB below the loudest), then takes the fitted window too. Session 7 sent it
+to Whisper's 30 s window instead, from 59 clips (64-68 errors against 75, single sampled
+runs); on 175 clips (the same texts in 3 voices each) over 3 seeded rounds that rule made
+257-262 errors of 1103 words, the fitted window 223-231, the cut tail + fitted window
+220-223, the satellite's own cut 213-219 (docs/asr.md), at a fifth of the compute.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ QUIET_DB = 30.0  # a 10 ms frame this far below the loudest one is quiet
 # The satellite's audio ends 0.06-0.22 s after the voice by this measure (its endpoint keeps
 # 64 ms of pad); whole clips and Home Assistant's audio end in ≥ 0.7 s of silence.
 TIGHT_TAIL_S = 0.5
+KEEP_TAIL_S = 0.064  # a longer quiet tail is cut to this: the satellite's trailing pad
 
 _local = threading.local()
 
@@ -65,6 +67,12 @@ def quiet_tail_s(audio: np.ndarray, rate: int = 16000) -> float:
         return audio.size / rate
     loud = np.flatnonzero(rms > peak * 10 ** (-QUIET_DB / 20))
     return (audio.size - (int(loud[-1]) + 1) * frame) / rate
+
+
+def cut_quiet_tail(audio: np.ndarray, keep_s: float, rate: int = 16000) -> np.ndarray:
+    """The audio with its quiet tail shortened to at most keep_s."""
+    excess = quiet_tail_s(audio, rate) - keep_s
+    return audio[: audio.size - int(excess * rate)] if excess > 0 else audio
 
 
 def fitted_frames(

@@ -100,18 +100,23 @@ LINES: tuple[Line, ...] = (
 )
 
 
-def _household() -> tuple[Line, ...]:
+def household(voices: int = 1) -> tuple[Line, ...]:
     """The WER corpus: what a household says to a voice assistant, in rotating voices.
 
     Each text is spoken by one of VOICES in turn (espeak-ng's American, British, Scottish
     and Caribbean English, a female variant, three speeds, sox tempo on two), so every voice
     meets every kind of sentence; the last line is a real person (CMU ARCTIC).
+    `voices` > 1 speaks every text in that many voices (the next ones are 3 and 5 places on
+    in VOICES, ids `<text>@<shift>`): 3 voices make 175 clips and 1103 words, enough that
+    one point of WER is 11 words rather than 4 (docs/asr.md).
     """
     lines = []
-    for index, (ident, text) in enumerate(HOUSEHOLD_TEXTS):
-        voice, tempo = VOICES[index % len(VOICES)]
-        kind = "question" if text.endswith("?") else "command"
-        lines.append(Line(ident, text, voice, kind, (), tempo))
+    for shift in VOICE_SHIFTS[:voices]:
+        for index, (ident, text) in enumerate(HOUSEHOLD_TEXTS):
+            voice, tempo = VOICES[(index + shift) % len(VOICES)]
+            kind = "question" if text.endswith("?") else "command"
+            name = f"{ident}@{shift}" if shift else ident
+            lines.append(Line(name, text, voice, kind, (), tempo))
     lines.append(Line("arctic", ARCTIC_TEXT, f"human:{ARCTIC_WAV}", "statement", ()))
     return tuple(lines)
 
@@ -238,7 +243,9 @@ def human_recording(name: str, cache: Path | None = None) -> Path:
     return target
 
 
-HOUSEHOLD: tuple[Line, ...] = _household()
+# The voice shifts of household(voices): 0 (HOUSEHOLD) first, then 3 and 5.
+VOICE_SHIFTS = (0, 3, 5, 1, 7, 2, 6, 4)
+HOUSEHOLD: tuple[Line, ...] = household()
 
 
 @dataclass(frozen=True)
@@ -295,7 +302,9 @@ def speech_edges(samples: np.ndarray, rate: int = RATE) -> tuple[float, float]:
 
 
 def _fingerprint(lines: tuple[Line, ...]) -> str:
-    blob = json.dumps([[asdict(line) for line in lines], PAD_BEFORE_S, PAD_AFTER_S, RATE, 2])
+    blob = json.dumps(
+        [[asdict(line) for line in lines], PAD_BEFORE_S, PAD_AFTER_S, RATE, 2, "sox -R"]
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -348,7 +357,8 @@ def build(
                 [
                     "sox",
                     "-V1",
-                    "-G",
+                    "-R",  # repeatable dither: otherwise every build differs by ±1 LSB, enough
+                    "-G",  # to change tiny.en's words (docs/asr.md)
                     str(raw[line.id]),
                     "-r",
                     str(RATE),

@@ -137,18 +137,24 @@ class Variant:
     name: str
     candidate: str
     settings: dict[str, Any]  # AsrSettings fields changed from the server's defaults
-    clip: str = "whole"  # whole | satellite | satellite+pad (300 ms kept after the speech)
+    # whole | satellite | satellite+pad (300 ms kept after the speech) | satellite+silence
+    # (0.8 s of digital silence appended)
+    clip: str = "whole"
     plain: bool = False  # faster-whisper's own transcribe with its defaults (no patch)
 
 
-BEFORE = {"tight_tail_s": math.inf}  # the server as it was: the fitted window for all audio
+# The server before #27: the fitted window for all audio, its tails as they came.
+BEFORE = {"tight_tail_s": math.inf, "keep_tail_s": None}
+# Session 7's rule: audio with a quiet tail over 0.5 s in Whisper's 30 s window, uncut.
+SESSION7 = {"keep_tail_s": None}
 
 VARIANTS: tuple[Variant, ...] = (
     Variant("plain faster-whisper", "reference", {}, plain=True),
     Variant("plain faster-whisper, no fallback", "reference", {"temperature": 0.0}, plain=True),
     Variant("server before (10 s window for all audio)", "—", BEFORE),
-    Variant("server now (30 s window after a quiet tail)", "the fix", {}),
-    Variant("server now without decode cap", "decode cap", {"cap_tokens": False}),
+    Variant("server session 7 (30 s window after a quiet tail)", "encoder window", SESSION7),
+    Variant("server now (quiet tail cut to 64 ms, fitted window)", "silence after", {}),
+    Variant("session 7 without decode cap", "decode cap", {**SESSION7, "cap_tokens": False}),
     Variant("window 30 s (no pad_or_trim patch)", "encoder window", {"window_s": 30.0}),
     Variant("window 20 s", "encoder window", {**BEFORE, "window_s": 20.0}),
     Variant("no decode cap", "decode cap", {**BEFORE, "cap_tokens": False}),
@@ -160,6 +166,15 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("satellite audio (Silero endpoint)", "satellite audio", {}, clip="satellite"),
     Variant("satellite audio, 30 s window", "encoder window", {"window_s": 30.0}, "satellite"),
     Variant("satellite audio + 300 ms pad", "endpoint padding", BEFORE, clip="satellite+pad"),
+    Variant("satellite audio + 0.8 s silence", "silence after", BEFORE, clip="satellite+silence"),
+    Variant("plain faster-whisper, satellite audio", "reference", {}, "satellite", plain=True),
+    Variant("server now, no fallback", "temperature fallback", {"temperature_fallback": False}),
+    Variant(
+        "satellite audio, no fallback",
+        "temperature fallback",
+        {"temperature_fallback": False},
+        clip="satellite",
+    ),
 )
 
 
@@ -168,8 +183,17 @@ def ablate(
     base: Any,
     variants: Iterable[Variant] = VARIANTS,
     progress: Callable[[str], None] | None = None,
+    rounds: int = 1,
+    seed: int | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """WER and median ASR time of each variant over the same utterances (one process)."""
+    """WER and median ASR time of each variant over the same utterances (one process).
+
+    With `seed`, round r of every variant decodes with a model loaded afresh after seeding
+    CTranslate2 with seed + r: every arm meets the same random numbers in the same order,
+    and the same command gives the same table. Errors are the median over the rounds, with
+    their range (the temperature fallback samples: one round tells little, docs/asr.md).
+    """
     import statistics
     import time
     from dataclasses import replace
@@ -182,41 +206,64 @@ def ablate(
     clips: dict[str, dict[str, np.ndarray]] = {}
     padded = VadSettings(pad_ms=300, speculate_ms=0)
     for u in utterances:
+        cut = _float(satellite_audio(u))
         clips[u.id] = {
             "whole": u.samples(),
-            "satellite": _float(satellite_audio(u)),
+            "satellite": cut,
             "satellite+pad": _float(satellite_audio(u, padded)),
+            "satellite+silence": np.concatenate([cut, np.zeros(12800, np.float32)]),
         }
-    asr = WhisperAsr(base)  # one model: the variants change how it is called, not its weights
-    asr.warm_up()
+    shared = None if seed is not None else WhisperAsr(base)  # unseeded: one model for all
+    if shared is not None:
+        shared.warm_up()
     rows = []
     for variant in variants:
-        asr.settings = base if variant.plain else replace(base, **variant.settings)
-        hyps, seconds = [], []
-        for u in utterances:
-            audio = clips[u.id][variant.clip]
-            start = time.perf_counter()
-            text = (
-                plain_transcribe(asr, audio, **variant.settings)
-                if variant.plain
-                else (asr.transcribe(audio))
-            )
-            seconds.append(time.perf_counter() - start)
-            hyps.append((u.id, u.text, text))
-        scored = score(hyps)
+        settings = base if variant.plain else replace(base, **variant.settings)
+        runs, seconds = [], []
+        for round_ in range(rounds):
+            if seed is None:
+                assert shared is not None
+                asr = shared
+                asr.settings = settings
+            else:  # a fresh worker thread, so a fresh generator from this seed
+                asr = WhisperAsr(replace(settings, seed=seed + round_))
+            hyps = []
+            for u in utterances:
+                audio = clips[u.id][variant.clip]
+                start = time.perf_counter()
+                text = (
+                    plain_transcribe(asr, audio, **variant.settings)
+                    if variant.plain
+                    else asr.transcribe(audio)
+                )
+                seconds.append(time.perf_counter() - start)
+                hyps.append((u.id, u.text, text))
+            runs.append(score(hyps))
+            if progress:
+                progress(f"{variant.name} round {round_ + 1}: WER {runs[-1]['wer']:.3f}")
+        errors = [run["errors"] for run in runs]
+        middle = sorted(runs, key=lambda run: run["errors"])[(len(runs) - 1) // 2]
+        words = runs[0]["words"]
         rows.append(
             {
                 "variant": variant.name,
                 "candidate": variant.candidate,
                 "clip": variant.clip,
-                **{k: scored[k] for k in ("wer", "errors", "words", "exact")},
+                "errors": statistics.median(errors),
+                "errors_per_round": errors,
+                "words": words,
+                "wer": round(statistics.median(errors) / words, 4) if words else None,
+                "exact": middle["exact"],
                 "median_ms": round(statistics.median(seconds) * 1000, 1),
-                "per_utterance": {k: v["hypothesis"] for k, v in scored["per_utterance"].items()},
+                "per_utterance": {k: v["hypothesis"] for k, v in middle["per_utterance"].items()},
+                "per_round": [
+                    {k: v["hypothesis"] for k, v in run["per_utterance"].items()} for run in runs
+                ],
             }
         )
-        if progress:
-            progress(f"{variant.name}: WER {scored['wer']:.3f}")
-    return {"rows": rows, "utterances": len(utterances)}
+        if on_row:  # a long run keeps what it has measured
+            on_row(rows[-1])
+    return {"rows": rows, "utterances": len(utterances), "rounds": rounds, "seed": seed}
 
 
 def plain_transcribe(asr: Any, audio: Any, **overrides: Any) -> str:
@@ -231,6 +278,14 @@ def plain_transcribe(asr: Any, audio: Any, **overrides: Any) -> str:
     return " ".join(segment.text.strip() for segment in segments).strip()
 
 
+def _append_json(path: Any, row: dict[str, Any]) -> None:
+    import json
+
+    partial = path.with_suffix(".partial.jsonl")
+    with partial.open("a") as out:
+        out.write(json.dumps(row) + "\n")
+
+
 def _float(pcm: bytes) -> Any:
     import numpy as np
 
@@ -239,13 +294,15 @@ def _float(pcm: bytes) -> Any:
 
 def markdown(result: dict[str, Any]) -> str:
     lines = [
-        "| variant | candidate | clip | WER | errors / words | exact | median ms |",
-        "|---|---|---|---|---|---|---|",
+        "| variant | candidate | clip | WER (median) | errors / words | per round | exact "
+        "| median ms |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
+        per_round = ", ".join(str(n) for n in row.get("errors_per_round", [row["errors"]]))
         lines.append(
             f"| {row['variant']} | {row['candidate']} | {row['clip']} | "
-            f"{row['wer'] * 100:.1f} % | {row['errors']} / {row['words']} | "
+            f"{row['wer'] * 100:.1f} % | {row['errors']:g} / {row['words']} | {per_round} | "
             f"{row['exact']}/{result['utterances']} | {row['median_ms']:.0f} |"
         )
     return "\n".join(lines)
@@ -267,21 +324,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--corpus-dir", type=Path, default=None)
     parser.add_argument("--limit", type=int, default=None, help="the first N utterances")
-    parser.add_argument("--only", default=None, help="comma-separated variant names")
+    parser.add_argument("--only", default=None, help="variant names separated by ;")
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per variant (median)")
+    parser.add_argument(
+        "--seed", type=int, default=1, help="CTranslate2 seed of round 1 (-1: unseeded)"
+    )
+    parser.add_argument(
+        "--voices", type=int, default=3, help="voices per text (3: 175 clips, 1103 words)"
+    )
     args = parser.parse_args(argv)
-    folder = args.corpus_dir or Path(tempfile.gettempdir()) / "pivoice-wer-corpus"
-    utterances = corpus.build(folder, args.limit, corpus.HOUSEHOLD)
+    folder = args.corpus_dir or Path(tempfile.gettempdir()) / f"pivoice-wer-corpus-{args.voices}"
+    utterances = corpus.build(folder, args.limit, corpus.household(args.voices))
     chosen = VARIANTS
     if args.only:
-        names = set(args.only.split(","))
-        chosen = tuple(v for v in VARIANTS if v.name in names)
+        by_name = {v.name: v for v in VARIANTS}
+        unknown = [name for name in args.only.split(";") if name not in by_name]
+        if unknown:
+            parser.error(f"no variant {unknown[0]!r}; the variants: {'; '.join(by_name)}")
+        chosen = tuple(by_name[name] for name in args.only.split(";"))  # in the order given
     load = [round(x, 2) for x in os.getloadavg()]
     result = ablate(
         utterances,
         AsrSettings(threads=args.threads),
         chosen,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
+        rounds=args.rounds,
+        seed=None if args.seed < 0 else args.seed,
+        on_row=(lambda row: _append_json(args.json, row)) if args.json else None,
     )
     result["load_average"] = {"start": load, "end": [round(x, 2) for x in os.getloadavg()]}
     print(markdown(result))
@@ -307,12 +377,16 @@ PATHS = {
 }
 
 
-async def server_transcripts(uri: str, utterances: list[Any]) -> dict[str, str]:
+async def server_transcripts(
+    uri: str, utterances: list[Any], audio: Callable[[Any], bytes] | None = None
+) -> dict[str, str]:
+    """The server's transcript of each utterance: of its whole file, or of audio(utterance)."""
     from .peers import asr_latency
 
     out = {}
     for utterance in utterances:
-        _seconds, text = await asr_latency(uri, utterance.pcm())
+        pcm = audio(utterance) if audio else utterance.pcm()
+        _seconds, text = await asr_latency(uri, pcm)
         out[utterance.id] = text
     return out
 
