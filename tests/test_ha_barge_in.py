@@ -5,6 +5,13 @@ Speech over HA's reply (or an announcement, or a ringing timer) must stop it at 
 start HA's next run with that speech; `played` goes to HA before the new run-pipeline, so
 HA's entity leaves "responding" first. The replies are espeak speech at HA's 22050 Hz, so no
 model is needed: what was streamed is checked by its length against what the user said.
+
+The speaker is one continuous stream (`--snd-command` without `{n}`: audio_out.ContinuousSink,
+as a sound card is), so the room cannot tell one reply from the next when less than its
+reply gap (1.5 s) lies between them (a reply cut by a barge-in and the answer to that
+barge-in; the rings of a timer, 1 s apart). The user's words over a reply are therefore timed
+from the speaker's first sound after the test sent that reply, and what played is read from
+the speaker's sound in the room (the echo recording), not from the room's reply count.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from wyoming.timer import TimerFinished
 from wyoming.tts import Synthesize
 
 from wyoming_pivoice.room.acoustics import RoomAcoustics
-from wyoming_pivoice.room.simulator import Room, Say
+from wyoming_pivoice.room.simulator import BLOCK, SOUND_RMS, Room, Say
 
 from .helpers import FakeHomeAssistant, ha_mode_satellite, make_speech, read_wav
 
@@ -45,23 +52,71 @@ def reply_pcm(tmp_path: Path, text: str = REPLY) -> bytes:
     return read_wav(wav)[0]
 
 
-# Known failure on the merged main (session 7): both passed on branch ha-mode, against the room
-# and endpointer before sat-core's audio core; merged, HA never gets the barge-in's run-pipeline
-# (only pongs for 60 s). Issue #21 stays open for it; not strict, so a pass is reported too.
-MERGE_REGRESSION = pytest.mark.xfail(
-    reason="HA barge-in after the audio-core merge: no run-pipeline (issue #21)", strict=False
-)
+def voiced_seconds(say: Say) -> float:
+    """From the first to the last 32 ms block of `say` above −40 dBFS."""
+    blocks = say.audio[: len(say.audio) // BLOCK * BLOCK].reshape(-1, BLOCK)
+    loud = np.flatnonzero(np.sqrt(np.mean(blocks * blocks, axis=1)) > 0.01)
+    return (loud[-1] + 1 - loud[0]) * BLOCK / 16000 if len(loud) else 0.0
 
 
-@MERGE_REGRESSION
+async def next_sound(room: Room) -> float:
+    """The room time of the speaker's next sound."""
+    since = room.now
+    heard = await room.wait_for(
+        lambda: any((reply.last_sound or 0.0) > since for reply in room.replies), 30.0
+    )
+    assert heard, "the speaker made no sound"
+    return room.now
+
+
+async def say_over_next_sound(room: Room, say: Say, after_ms: float) -> float:
+    """Schedule `say` `after_ms` after the speaker's next sound; returns that sound's time."""
+    first = await next_sound(room)
+    assert room.mic_opened is not None
+    say.at = first - room.mic_opened + after_ms / 1000
+    return first
+
+
+def sound_runs(
+    room: Room, start: float, until: float | None = None, gap_s: float = 0.7
+) -> list[tuple[float, float]]:
+    """(first, last) room times of each run of the speaker's sound (what reached the mic of it,
+    its tail included) from `start` to `until`: runs split by `gap_s` of silence."""
+    echo = room.recording("echo")
+    end = len(echo) if until is None else min(len(echo), room.mic_index(until))
+    assert room.mic_opened is not None
+    runs: list[tuple[float, float]] = []
+    begun: float | None = None
+    last = 0.0
+    for index in range(max(0, room.mic_index(start)), end - BLOCK + 1, BLOCK):
+        at = room.mic_opened + index / 16000
+        block = echo[index : index + BLOCK]
+        if float(np.sqrt(np.mean(block * block))) > SOUND_RMS:
+            if begun is not None and at - last > gap_s:
+                runs.append((begun, last))
+                begun = None
+            begun = at if begun is None else begun
+            last = at + BLOCK / 16000
+    if begun is not None:
+        runs.append((begun, last))
+    return runs
+
+
+async def room_passes(room: Room, seconds: float) -> None:
+    """Let the room's clock run on (bounded), so its recordings reach that far."""
+    until = room.now + seconds
+    assert await room.wait_for(lambda: room.now >= until, seconds + 10.0)
+
+
 async def test_speech_over_replies_stops_each_and_starts_the_next_run(tmp_path: Path) -> None:
     """Three barge-ins in a row, then a reply left to finish; figures go to the log."""
     pcm = reply_pcm(tmp_path)
     questions = ["Tell me a story.", "What time is it?", "How cold is it outside?", "Thanks."]
     script = [said(questions[0], tmp_path / "q0.wav", at=0.5)]
     for n, text in enumerate(questions[1:], start=1):
-        script.append(said(text, tmp_path / f"q{n}.wav", reply=n, after_ms=1500 + 300 * n))
+        script.append(said(text, tmp_path / f"q{n}.wav"))  # timed once its reply sounds
     figures = []
+    starts: list[float] = []
     async with Room(ECHOING, script, record=True) as room:
         args = ("--mic-command", room.mic_command, "--snd-command", room.speaker_command)
         with ha_mode_satellite(tmp_path, *args) as sat:
@@ -73,13 +128,14 @@ async def test_speech_over_replies_stops_each_and_starts_the_next_run(tmp_path: 
                     await ha.pipeline_events(questions[n - 1])
                     await ha.send(Synthesize(text=REPLY).event())
                     await ha.send_reply(pcm, 22050)
+                    starts.append(await say_over_next_sound(room, script[n], 1500 + 300 * n))
                     await ha.read_until("played")
                     played_at = time.monotonic()
                     event, before = await ha.read_until("run-pipeline")
                     run_at = time.monotonic()
                     assert "played" not in {e.type for e in before}
                     over = script[n]
-                    assert over.onset is not None, f"barge-in {n} was never spoken"
+                    assert over.onset is not None, (f"barge-in {n} was never spoken", sat.log_text()[-4000:])
                     figures.append(
                         {
                             "barge_in": n,
@@ -91,38 +147,47 @@ async def test_speech_over_replies_stops_each_and_starts_the_next_run(tmp_path: 
                     streams.append(await ha.receive_stream(run=event))
                 # The last reply is let to play out: `played` at its end, nothing more.
                 await ha.pipeline_events(questions[-1])
-                await ha.send_reply(pcm[: 22050 * 2], 22050)
+                await ha.send_reply(pcm[: 22050 * 2], 22050)  # its first second
+                last = await next_sound(room)
                 await ha.read_until("played")
+                await room_passes(room, 1.0)
         log = sat.log_text()
     print(json.dumps(figures))
     for n in range(1, len(questions)):
-        reply, over = room.replies[n - 1], script[n]
-        assert reply.closed is not None and over.onset is not None
-        # Stopped while the user spoke, long before its ~9 s were out.
-        assert reply.seconds < 1.5 + 0.3 * n + over.seconds + 1.0, (n, reply.seconds, log[-3000:])
-        assert reply.closed - over.onset < 1.0, (n, reply.closed - over.onset)
-        # The new run carries the barge-in's speech: about its length, with its start.
-        assert over.seconds - 0.2 <= streams[n].seconds <= over.seconds + 2.0, (
-            n, streams[n].seconds, over.seconds,
+        over = script[n]
+        assert over.onset is not None
+        # Stopped while the user spoke, long before its ~9 s were out (the answer to that
+        # speech may follow within the gap: only this reply's own time is read).
+        # Detection over a fresh reply's first seconds is the slowest (229-777 ms here, idle);
+        # the room's own speaker buffering adds 170-380 ms before the sound is gone.
+        played = sound_runs(room, starts[n - 1], until=[*starts, last][n])[0]
+        assert played[1] - over.onset < 1.5, (n, played[1] - over.onset, log[-3000:])
+        # The new run carries the barge-in's speech: at least its voice (espeak's own quiet
+        # around it aside: "Thanks." is 0.54 s of voice in 1.03 s), with its start.
+        assert voiced_seconds(over) <= streams[n].seconds <= over.seconds + 2.0, (
+            n, streams[n].seconds, voiced_seconds(over), over.seconds,
         )  # fmt: skip
         head = np.frombuffer(streams[n].pcm[:16000], dtype="<i2").astype(np.float32) / 32768
         assert np.sqrt(np.mean(head**2)) > 0.01, "the run did not start with the speech"
     for figure in figures:
         assert figure["played_after_onset_ms"] <= figure["run_pipeline_after_onset_ms"]
-    assert room.replies[-1].closed is not None and not room.replies[-1].killed
+    # The last reply (1 s, 0.1 s of it silence before the voice) played out whole, once.
+    runs = sound_runs(room, last)
+    assert len(runs) == 1 and runs[0][1] - runs[0][0] > 0.85, runs
 
 
-@MERGE_REGRESSION
 async def test_speech_over_a_ringing_timer_stops_it(tmp_path: Path) -> None:
     # A short word over the ring may not pass the echo rule (250 ms at 0.85): say a few.
-    script = [said("Okay, stop that.", tmp_path / "stop.wav", reply=2, after_ms=300)]
-    async with Room(ECHOING, script, record=True) as room:
+    stop = said("Okay, stop that.", tmp_path / "stop.wav")
+    async with Room(ECHOING, [stop], record=True) as room:
         args = ("--mic-command", room.mic_command, "--snd-command", room.speaker_command)
         with ha_mode_satellite(tmp_path, *args) as sat:
             async with FakeHomeAssistant(sat.port) as ha:
                 await ha.send(RunSatellite().event())
                 ha.keep_pinging()
                 await ha.send(TimerFinished(id="kitchen").event())
+                # The ring is 0.9 s, a second apart: the words come over the second ring.
+                first = await say_over_next_sound(room, stop, 2300)
                 event, before = await ha.read_until("run-pipeline")  # "stop" started a run
                 assert "played" not in {e.type for e in before}  # a ring is no HA reply
                 stream = await ha.receive_stream(run=event)
@@ -131,8 +196,10 @@ async def test_speech_over_a_ringing_timer_stops_it(tmp_path: Path) -> None:
                 # HA answers the run; its "stop" transcript means that answer is not played.
                 await ha.send_reply(reply_pcm(tmp_path, "Sorry, I did not understand."), 22050)
                 await ha.read_until("played")
-                rings = len(room.replies)
+                await room_passes(room, 2.5)  # a ring that came back would be heard by now
         log = sat.log_text()
-    assert rings in (2, 3), (rings, log[-3000:])  # it rang until the word, then never again
-    assert room.replies[-1].killed or room.replies[-1].closed is not None
+    rings = sound_runs(room, first)
+    assert stop.onset is not None
+    assert len(rings) in (2, 3), (rings, log[-3000:])  # it rang until the words, never again
+    assert rings[-1][1] - stop.onset < 1.0, (rings, stop.onset)
     assert "this run's reply is dropped" in log

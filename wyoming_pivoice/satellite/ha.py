@@ -48,6 +48,7 @@ from ..timing import TimingLog, TurnClock
 from ..zeroconf import Advertiser, default_name
 from . import state
 from .audio_in import CHANNELS, CHUNK_BYTES, RATE, WIDTH
+from .core import CoreSource
 from .endpoint import Endpointer, EndpointKind
 from .ha_connection import Connections, HaConnection
 from .ha_follow import Follow, ha_entity_id
@@ -64,6 +65,10 @@ TICK_SECONDS = 0.1
 STEP_TIMEOUT = 2.0  # one speaker call (queue audio, stop)
 SHUTDOWN_STEP = 0.5  # each part of the shutdown
 HOLD_MAX_BYTES = int(state.Timeouts.max_stream * RATE * WIDTH)  # a held barge-in's audio
+# After the audio core cut a playback on the user's voice, the endpointer's speech-started on
+# the same frames follows on the loop (the same turn_policy.decide); a playback that ends by
+# such a cut is reported done only if that barge-in has not come within this long.
+CUT_GRACE = 1.0
 
 _PROGRESS = {
     Transcribe.is_type: "transcribe",
@@ -226,6 +231,13 @@ class HaSatellite:
         self._server: AsyncServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
+        # Barge-in without waiting for the event loop, as standalone: the audio thread stops
+        # the speaker itself when the turn policy says INTERRUPT, over what the machine lets
+        # speech stop (a snapshot the loop keeps, read on the audio thread).
+        self._barge_in_open = False
+        cut = getattr(sink, "cut", None)
+        if isinstance(source, CoreSource) and cut is not None and wake is None:
+            source.on_interrupt = self._fast_cut
         self.follow: Follow | None = None
         if settings.server:  # our server is HA's agent: speak its reply as it is written
             self.follow = Follow(
@@ -478,8 +490,10 @@ class HaSatellite:
         self, now: float, wake_word: str | None, speech_start: float | None = None
     ) -> None:
         """The standalone rule over a reply: stop it now, and the speech starts the next run."""
+        take_cut = getattr(self.sink, "take_cut", None)
+        cut_at = take_cut() if take_cut is not None else None  # the audio core's cut, if first
         if self._clock is not None:
-            self._clock.mark("barge_in", now)
+            self._clock.mark("barge_in", cut_at if cut_at is not None else now)
             self._clock.interrupted = True
         self._start_turn()
         if self._clock is not None and speech_start is not None:
@@ -505,7 +519,13 @@ class HaSatellite:
                 self._do(action)
             except Exception:  # one failed action (a broken speaker) must not skip the rest
                 _LOGGER.exception("Action %s failed", action)
+        self._barge_in_open = self.machine.accepts_barge_in and not self.remote_wake
         self._finish_turn()  # the turn clock closes as soon as the machine leaves the turn
+
+    def _fast_cut(self) -> None:
+        """On the audio thread: the turn policy said INTERRUPT on this frame."""
+        if self._barge_in_open:
+            self.sink.cut(hold=True)  # type: ignore[attr-defined]
 
     def _do(self, action: state.Action) -> None:
         speaker = self._speaker
@@ -576,8 +596,19 @@ class HaSatellite:
         self._apply(self.machine.follow_joined(time.monotonic()))
         return self.machine.following
 
-    def _playback_done(self, generation: int, reply: bool) -> None:
+    def _playback_done(self, generation: int, reply: bool, late: bool = False) -> None:
         """The speaker really played playback `generation` (or failed): tell the machine."""
+        if getattr(self.sink, "cut_at", None) is not None:
+            if not late and generation == self.machine.generation:
+                # The audio core cut it on the user's voice: the barge-in that follows ends
+                # it with that speech. Reported first, the reply would end as if played out
+                # and a ring's end would reset the endpointer, losing the speech's frames.
+                loop = asyncio.get_running_loop()
+                loop.call_later(CUT_GRACE, self._playback_done, generation, reply, True)
+                return
+            take_cut = getattr(self.sink, "take_cut", None)
+            if late and take_cut is not None:
+                take_cut()  # no barge-in came: the cut was the policy's alone
         now = time.monotonic()
         clock = self._clock
         if reply and clock is not None and generation == self.machine.generation:
