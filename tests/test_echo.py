@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from wyoming.audio import AudioFormat
 
+from pivoice_lab.room.acoustics import EchoPath, NoiseFloor, RoomAcoustics
 from tests.helpers import make_speech
 from wyoming_pivoice.audio import StreamingConverter
-from wyoming_pivoice.room.acoustics import EchoPath, NoiseFloor, RoomAcoustics
 from wyoming_pivoice.satellite.audio_in import CHUNK_SAMPLES, CHUNK_SECONDS
 from wyoming_pivoice.satellite.audio_out import NullSink
 from wyoming_pivoice.satellite.echo import CaptureClock, EchoCanceller

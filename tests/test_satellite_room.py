@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wyoming_pivoice.bench.servers import warm
-from wyoming_pivoice.room.acoustics import RoomAcoustics
-from wyoming_pivoice.room.session import RoomRun, run_satellite_in_room
-from wyoming_pivoice.room.simulator import Say
+from pivoice_lab.bench.servers import warm
+from pivoice_lab.room.acoustics import RoomAcoustics
+from pivoice_lab.room.session import RoomRun, run_satellite_in_room
+from pivoice_lab.room.simulator import Say
 
 from .helpers import FakeHomeAssistant, ha_mode_satellite, make_speech, read_wav, stt, tts, words
 
@@ -85,7 +85,7 @@ async def test_under_load_one_question_one_turn_and_talking_over_the_reply_is_an
     server_port: int, tmp_path: Path
 ):
     """The same room with busy processes on every core twice over (issue #20)."""
-    from wyoming_pivoice.bench.room import busy_load
+    from pivoice_lab.bench.room import busy_load
 
     question = said("Tell me a story about a cat and a dog.", tmp_path / "q.wav", at=0.5)
     over = said("Turn off the kitchen lights.", tmp_path / "over.wav", reply=1, after_ms=1000)
@@ -141,7 +141,7 @@ async def test_home_assistant_hears_the_follow_up_and_not_the_reply(
     from wyoming.satellite import RunSatellite
     from wyoming.tts import Synthesize
 
-    from wyoming_pivoice.room.simulator import Room
+    from pivoice_lab.room.simulator import Room
 
     reply_text = "Here is a joke. Why did the cat sit on the computer? To keep an eye on the mouse."
     reply_pcm, rate = await tts(server_port, reply_text)

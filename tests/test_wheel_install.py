@@ -20,9 +20,9 @@ import pytest
 from wyoming.event import Event
 from wyoming.info import Describe, Info
 
+from pivoice_lab.bench.servers import stop
+from pivoice_lab.ports import free_port, wait_for_port
 from wyoming_pivoice import __version__
-from wyoming_pivoice.bench.servers import stop
-from wyoming_pivoice.ports import free_port, wait_for_port
 
 from .helpers import (
     CONSTRAINTS,

@@ -41,6 +41,7 @@ import httpx2
 from .. import realtime
 from . import control
 from .llm import LlmSettings, Message
+from .protocols import EngineUnavailable
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI, AsyncStream
@@ -89,7 +90,7 @@ class RemoteLlmSettings:
     concurrency: int = 0  # turns at once on the engine; 0: from what the engine is
 
 
-class RemoteLlmError(Exception):
+class RemoteLlmError(EngineUnavailable):
     """A turn the remote engine did not answer; the text says why, for the error event."""
 
     def __init__(
