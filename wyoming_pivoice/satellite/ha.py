@@ -69,6 +69,11 @@ HOLD_MAX_BYTES = int(state.Timeouts.max_stream * RATE * WIDTH)  # a held barge-i
 # the same frames follows on the loop (the same turn_policy.decide); a playback that ends by
 # such a cut is reported done only if that barge-in has not come within this long.
 CUT_GRACE = 1.0
+# Over a reply the echo rule counts the user's first frames late (run-pipeline 230-780 ms after
+# the voice began, in the −6 dB room): the endpointer's 300 ms pre-speech then missed the
+# first word's start (0.83 s of stream for 0.93 s of voice). A barge-in's run starts this far
+# back in the (echo-cancelled) mic audio instead.
+BARGE_IN_LEAD_CHUNKS = round(1.0 * RATE * WIDTH / CHUNK_BYTES)
 
 _PROGRESS = {
     Transcribe.is_type: "transcribe",
@@ -222,6 +227,7 @@ class HaSatellite:
         self._done = asyncio.Event()
         self.exit_code = 0
         self._prespeech = b""
+        self._recent: deque[bytes] = deque(maxlen=BARGE_IN_LEAD_CHUNKS)  # the mic's last second
         self._held = bytearray()  # mic audio of a barge-in held until HA's last run ends
         self._stream_ms = 0
         self._speaker: Speaker | None = None
@@ -454,6 +460,7 @@ class HaSatellite:
     async def _heard(self, heard: Heard) -> None:
         """Nothing here waits: the machine sees this chunk's inputs in one go."""
         m, now = self.machine, time.monotonic()
+        self._recent.append(heard.chunk)
         if m.streaming:
             self._send_mic(heard.chunk)  # before the events: it belongs to this stream
         elif m.holding and len(self._held) < HOLD_MAX_BYTES:
@@ -467,7 +474,9 @@ class HaSatellite:
         for ev in heard.events:
             if ev.kind is EndpointKind.SPEECH_STARTED:
                 if self.wake is None and m.accepts_barge_in:
-                    self._prespeech = ev.audio  # as for a trigger: its start goes up first
+                    # As for a trigger its start goes up first, from further back.
+                    lead = b"".join(self._recent)
+                    self._prespeech = lead if len(lead) > len(ev.audio) else ev.audio
                     self._barge_in(now, None, ev.speech_start)
                 elif self.wake is None and m.accepts_trigger:
                     self._prespeech = ev.audio  # pre-speech + speech so far, this chunk too
