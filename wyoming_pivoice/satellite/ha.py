@@ -45,6 +45,7 @@ from wyoming.wake import Detect, Detection
 from .. import startup
 from ..audio import AudioFormatError, check_format
 from ..timing import TimingLog, TurnClock
+from ..wire.errors import ErrorCode
 from ..zeroconf import Advertiser, default_name
 from . import state
 from .audio_in import CHANNELS, CHUNK_BYTES, RATE, WIDTH
@@ -349,7 +350,7 @@ class HaSatellite:
             if not await self.connections.claim(conn):
                 _LOGGER.warning("Refusing %s: another Home Assistant is connected", conn.peer)
                 await conn.refuse(
-                    "satellite busy: another Home Assistant connection is active", "busy"
+                    "satellite busy: another Home Assistant connection is active", ErrorCode.BUSY
                 )
                 return False
             now = time.monotonic()
