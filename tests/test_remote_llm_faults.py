@@ -139,7 +139,9 @@ async def test_each_fault_is_a_clear_error(stand_in: StandInEngine, reply: str, 
         await reply_of(remote)
     assert says in str(caught.value) and stand_in.url in str(caught.value)
     assert not caught.value.started  # nothing was said: a fallback may answer
-    assert time.monotonic() - start < TIMEOUT + 2
+    # Bounded by the one timeout (the silent engine's); the slack is the loaded machine's
+    # (an HTTP 500 took over 3 s at load 23 on 2 cores).
+    assert time.monotonic() - start < TIMEOUT + 10
     stand_in.reply = "good"
     assert await reply_of(remote) == "Hello there."  # the next turn works
 

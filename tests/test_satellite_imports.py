@@ -20,7 +20,7 @@ SERVER_ONLY = (
     "wyoming_pivoice.engines.asr",
     "wyoming_pivoice.engines.llm",
     "wyoming_pivoice.engines.tts",
-    "pivoice_lab.bench",
+    "pivoice_lab",
 )
 
 

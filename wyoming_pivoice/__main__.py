@@ -1,4 +1,4 @@
-"""`wyoming-pivoice`: server | satellite | bench | doctor."""
+"""`wyoming-pivoice`: server | satellite | doctor | addon-args (and the lab's bench)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,16 @@ _SUBCOMMANDS = {
     "server": "wyoming_pivoice.server.cli",
     "satellite": "wyoming_pivoice.satellite.cli",
     "doctor": "wyoming_pivoice.doctor.cli",
+    "addon-args": "wyoming_pivoice.addon",
 }
 # Subcommands of other distributions: the lab (lab/pyproject.toml) registers `bench` here, so
 # the runtime names no lab module and runs without it (a Pi, the add-on image).
 PLUGIN_GROUP = "wyoming_pivoice.subcommands"
 # Named even when not installed, so asking for one says what to install instead of argparse's
 # "invalid choice".
-_PLUGINS_EXPECTED = {"bench": "the lab: pip install -e ./lab (script/setup without --runtime)"}
+_PLUGINS_EXPECTED = {
+    "bench": "the lab, not installed here: in a checkout, script/setup (pip install -e ./lab)"
+}
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")

@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from wyoming_pivoice.satellite.settings import SatelliteSettings, VadSettings
+from wyoming_pivoice.satellite import SatelliteSettings, VadSettings
 
 from .options import BenchOptions
 

@@ -25,9 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from wyoming_pivoice.engines.asr import AsrSettings, WhisperAsr
-from wyoming_pivoice.engines.llm import LlamaChat, LlmSettings
-from wyoming_pivoice.engines.tts import PiperTts, TtsSettings
+from wyoming_pivoice.engines import (
+    AsrSettings,
+    LlamaChat,
+    LlmSettings,
+    PiperTts,
+    TtsSettings,
+    WhisperAsr,
+)
 from wyoming_pivoice.text import split_all
 
 from .knobs import first_sentence_audio

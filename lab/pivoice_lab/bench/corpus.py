@@ -407,7 +407,7 @@ def _piper_in_subprocess(jobs: list[dict]) -> None:
 
 
 def _piper_main() -> None:
-    from wyoming_pivoice.engines.tts import PiperTts, TtsSettings
+    from wyoming_pivoice.engines import PiperTts, TtsSettings
 
     tts = PiperTts(TtsSettings())
     for job in json.load(sys.stdin):

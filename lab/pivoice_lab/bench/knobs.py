@@ -20,10 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from wyoming_pivoice.engines.asr import AsrSettings, WhisperAsr
-from wyoming_pivoice.engines.llm import LlamaChat, LlmSettings
-from wyoming_pivoice.engines.priority import AudioFirst
-from wyoming_pivoice.engines.tts import PiperTts, TtsSettings
+from wyoming_pivoice.engines import (
+    AsrSettings,
+    AudioFirst,
+    LlamaChat,
+    LlmSettings,
+    PiperTts,
+    TtsSettings,
+    WhisperAsr,
+)
 from wyoming_pivoice.text import split_all
 
 from .corpus import RATE, Utterance

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from wyoming_pivoice.conversation import ConversationStore
-from wyoming_pivoice.engines.llm import LlamaChat, LlmSettings
-from wyoming_pivoice.server.knowledge import KnowledgeBase, KnowledgeSettings, TurnNotes
+from wyoming_pivoice.engines import LlamaChat, LlmSettings
+from wyoming_pivoice.server import KnowledgeBase, KnowledgeSettings, TurnNotes
 from wyoming_pivoice.text import MIN_CLAUSE_CHARS, PhraseSplitter
 
 from .tables import median, render_table, summarize

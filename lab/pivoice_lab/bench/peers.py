@@ -40,7 +40,7 @@ from wyoming.error import Error
 from wyoming.tts import Synthesize
 
 from wyoming_pivoice.audio import float_to_pcm16
-from wyoming_pivoice.engines.asr import AsrSettings
+from wyoming_pivoice.engines import AsrSettings
 from wyoming_pivoice.models import EMBEDDED_VOICE, resolve_whisper
 from wyoming_pivoice.text import split_all
 

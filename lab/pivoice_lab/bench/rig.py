@@ -24,13 +24,15 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from wyoming_pivoice.realtime import Pacer
-from wyoming_pivoice.satellite.audio_in import CHUNK_BYTES, CHUNK_SECONDS
-from wyoming_pivoice.satellite.audio_out import NullSink
-from wyoming_pivoice.satellite.pipeline import Satellite, make_stages
-from wyoming_pivoice.satellite.protocols import Transcriber
-from wyoming_pivoice.satellite.settings import SatelliteSettings, VadSettings
-from wyoming_pivoice.satellite.stages import ServerLink
+from wyoming_pivoice.audio import CHUNK_BYTES, CHUNK_SECONDS, NullSink, Pacer
+from wyoming_pivoice.satellite import (
+    Satellite,
+    SatelliteSettings,
+    ServerLink,
+    Transcriber,
+    VadSettings,
+    make_stages,
+)
 from wyoming_pivoice.timing import TimingLog, TurnClock
 
 SILENCE = bytes(CHUNK_BYTES)

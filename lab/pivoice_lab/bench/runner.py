@@ -22,9 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from wyoming_pivoice import __version__, timing
-from wyoming_pivoice.engines.asr import AsrSettings
-from wyoming_pivoice.engines.llm import LlmSettings
-from wyoming_pivoice.engines.tts import TtsSettings
+from wyoming_pivoice.engines import AsrSettings, LlmSettings, TtsSettings
 from wyoming_pivoice.settings import ServerSettings
 
 from . import corpus as corpus_mod
@@ -256,13 +254,9 @@ def _proc(after: procstats.ProcSample, before: procstats.ProcSample, turns: int)
 
 def _server_settings(server_args: list[str]) -> ServerSettings:
     """The settings the server runs with (its CLI parsed with the bench's extra args)."""
-    import argparse
+    from wyoming_pivoice.server import settings_from_argv
 
-    from wyoming_pivoice.server import cli as server_cli
-
-    parser = argparse.ArgumentParser()
-    server_cli.add_parser(parser.add_subparsers())
-    return server_cli.settings_from_args(parser.parse_args(["server", *server_args]))
+    return settings_from_argv(server_args)
 
 
 def _engine_settings(server_args: list[str]) -> tuple[AsrSettings, LlmSettings, TtsSettings]:
@@ -277,7 +271,7 @@ def _remote_overhead(
     workdir: Path,
 ) -> dict[str, Any]:
     """The bench's server (remote engine) against a twin on the local engine, same turns."""
-    from wyoming_pivoice.engines.remote_llm import RemoteChat, RemoteLlmError
+    from wyoming_pivoice.engines import RemoteChat, RemoteLlmError
     from wyoming_pivoice.models import resolve_llm
 
     settings = _server_settings(options.server_args)

@@ -111,9 +111,12 @@ def satellite_audio(utterance: Any, vad: Any = None) -> bytes:
     """What the satellite sends the server for this utterance: Silero endpointing over the
     file at its default settings (pre-speech, trailing pad), the endpoint's audio (the
     speculation, when it is used, carries the very same audio)."""
-    from wyoming_pivoice.satellite.audio_in import CHUNK_BYTES, CHUNK_SECONDS
-    from wyoming_pivoice.satellite.endpoint import Endpointer, EndpointKind
-    from wyoming_pivoice.satellite.settings import VadSettings
+    from wyoming_pivoice.audio import CHUNK_BYTES, CHUNK_SECONDS
+    from wyoming_pivoice.satellite import (
+        Endpointer,
+        EndpointKind,
+        VadSettings,
+    )
 
     endpointer = Endpointer(vad or VadSettings())
     try:
@@ -173,8 +176,8 @@ def ablate(
 
     import numpy as np
 
-    from wyoming_pivoice.engines.asr import WhisperAsr
-    from wyoming_pivoice.satellite.settings import VadSettings
+    from wyoming_pivoice.engines import WhisperAsr
+    from wyoming_pivoice.satellite import VadSettings
 
     clips: dict[str, dict[str, np.ndarray]] = {}
     padded = VadSettings(pad_ms=300, speculate_ms=0)
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
     from pathlib import Path
 
-    from wyoming_pivoice.engines.asr import AsrSettings
+    from wyoming_pivoice.engines import AsrSettings
 
     from . import corpus
 
@@ -315,7 +318,7 @@ async def server_transcripts(uri: str, utterances: list[Any]) -> dict[str, str]:
 
 
 def plain_transcripts(utterances: list[Any], settings: Any) -> dict[str, str]:
-    from wyoming_pivoice.engines.asr import WhisperAsr
+    from wyoming_pivoice.engines import WhisperAsr
 
     asr = WhisperAsr(settings)
     return {u.id: plain_transcribe(asr, u.samples()) for u in utterances}

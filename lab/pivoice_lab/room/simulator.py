@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from wyoming.audio import AudioFormat
 
-from wyoming_pivoice.realtime import AUDIO_RT_PRIORITY, Pacer
+from wyoming_pivoice.audio import AUDIO_RT_PRIORITY, Pacer
 
 from .acoustics import RATE, EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
 

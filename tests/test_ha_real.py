@@ -1,0 +1,73 @@
+"""The slow tier against the REAL Home Assistant: `script/ha-real test VERSION` runs HA's own
+`wyoming` integration (tests/ha_real/ha_wyoming.py, inside a Debian root with the Python that
+HA needs) against our real server and satellite, and this test checks what it saw.
+
+Building the roots is opt-in (~5 min per version, root, the Debian mirror and PyPI): without a
+built root this skips, unless PIVOICE_HA_REAL=1, which builds what is missing first."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from .helpers import REPO, words
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = REPO / "script" / "ha-real"
+VERSIONS = ["2025.4.4", "2026.10.4"]  # 2026.10.4: the newest HA with a test harness
+BUILD_TIMEOUT = 1800.0  # s: debootstrap + pip, loaded
+TEST_TIMEOUT = 2400.0  # s: the script's own bound on the inner run is 1800 s
+
+
+def ready_versions() -> set[str]:
+    listed = subprocess.run(
+        [str(SCRIPT), "list", *VERSIONS], capture_output=True, text=True, timeout=60, check=True
+    )
+    return {line.split()[0] for line in listed.stdout.splitlines() if " ready " in line}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_real_home_assistant(version: str, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("script/ha-real needs root (debootstrap, chroot, unshare)")
+    if version not in ready_versions():
+        if os.environ.get("PIVOICE_HA_REAL") != "1":
+            pytest.skip(
+                f"no HA {version} root: script/ha-real build {version} (~5 min), "
+                "or PIVOICE_HA_REAL=1 to build it here"
+            )
+        subprocess.run([str(SCRIPT), "build", version], check=True, timeout=BUILD_TIMEOUT)
+    env = {**os.environ, "PIVOICE_HA_OUT": str(tmp_path)}
+    run = subprocess.run(
+        [str(SCRIPT), "test", version, "--", "-q", "--tb=short", "--show-capture=no"],
+        capture_output=True, text=True, timeout=TEST_TIMEOUT, env=env,
+    )  # fmt: skip
+    assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
+
+    out = tmp_path / version
+    suite = ET.parse(out / "junit.xml").getroot()
+    suite = suite if suite.tag == "testsuite" else suite[0]
+    counts = {key: int(suite.get(key, "0")) for key in ("tests", "failures", "errors", "skipped")}
+    assert counts["tests"] >= 8 and counts["failures"] == counts["errors"] == 0, counts
+    assert counts["skipped"] == 0, counts
+
+    seen = {}
+    for line in (out / "results.jsonl").read_text().splitlines():
+        result = json.loads(line)
+        seen[result["test"]] = result
+    assert {r["ha"] for r in seen.values()} == {version}
+    assert {"stt", "tts", "conversation"} <= set(seen["entities"]), seen["entities"]
+    assert {"kitchen", "lights"} <= words(seen["stt"]["heard"]), seen["stt"]
+    assert seen["tts"]["rate"] == 22050 and seen["tts"]["seconds"] > 1.5, seen["tts"]
+    pipeline = seen["pipeline"]
+    assert {"stt-end", "intent-end", "tts-end", "run-end"} <= set(pipeline["events"]), pipeline
+    assert {"kitchen", "lights"} <= words(pipeline["heard"]), pipeline
+    assert pipeline["played_seconds"] > 0.5, pipeline
+    # The satellite's own WAV of what it played, as the script kept it.
+    assert list((out / "played").glob("*.wav")), list(out.iterdir())
