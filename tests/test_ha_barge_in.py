@@ -6,7 +6,7 @@ start HA's next run with that speech; `played` goes to HA before the new run-pip
 HA's entity leaves "responding" first. The replies are espeak speech at HA's 22050 Hz, so no
 model is needed: what was streamed is checked by its length against what the user said.
 
-The speaker is one continuous stream (`--snd-command` without `{n}`: audio_out.ContinuousSink,
+The speaker is one continuous stream (`--snd-command` without `{n}`: audio.speaker.ContinuousSink,
 as a sound card is), so the room cannot tell one reply from the next when less than its
 reply gap (1.5 s) lies between them (a reply cut by a barge-in and the answer to that
 barge-in; the rings of a timer, 1 s apart). The user's words over a reply are therefore timed
