@@ -193,7 +193,7 @@ async def test_speech_over_replies_stops_each_and_starts_the_next_run(tmp_path: 
         assert played[1] - over.onset < 1.5, (n, played[1] - over.onset, log[-3000:])
         # The new run carries the barge-in's speech: at least as long as its voice (espeak's
         # own quiet around it aside: "Thanks." is 0.54 s of voice in 1.03 s); it goes 1 s of
-        # audio back from the barge-in (ha.BARGE_IN_LEAD_CHUNKS), which the echo rule makes
+        # audio back from the barge-in (adapter.BARGE_IN_LEAD_CHUNKS), which the echo rule makes
         # 230-780 ms after the voice began. AEC3 softens the voice while the reply still
         # plays, so the stream's level is not checked.
         voice = voiced_seconds(over.audio)

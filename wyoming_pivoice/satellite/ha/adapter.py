@@ -8,7 +8,7 @@ HA is the TCP client: it connects, sends `run-satellite`, pings every ~2 s and s
 once the speaker has really finished.
 
 Every decision lives in `state.SatelliteMachine`; this module only turns the connections
-(ha_connection.py), the microphone (the shared listener.Listener), the speaker and the clock
+(connection.py), the microphone (the shared listener.Listener), the speaker and the clock
 into its inputs and carries out its actions. Inputs reach the machine synchronously and its
 actions are handed on without waiting: events for HA go to the active connection's outbox
 (its own writer task, each write bounded), playback steps to the speaker's queue (its own
@@ -42,23 +42,23 @@ from wyoming.tts import Synthesize
 from wyoming.vad import VoiceStarted, VoiceStopped
 from wyoming.wake import Detect, Detection
 
-from .. import startup
-from ..audio.core import CoreSource
-from ..audio.format import CHANNELS, CHUNK_BYTES, RATE, WIDTH
-from ..audio.pcm import AudioFormatError, check_format
-from ..timing import TimingLog, TurnClock
-from ..wire.errors import ErrorCode
-from ..zeroconf import Advertiser, default_name
-from . import state
-from .endpoint import Endpointer, EndpointKind
-from .ha_connection import Connections, HaConnection
-from .ha_follow import Follow, ha_entity_id
-from .ha_info import satellite_info
-from .listener import Heard, Listener
-from .protocols import AudioSink, AudioSource, EndpointDetector, WakeDetector
-from .settings import DEFAULT_HA_PORT, SatelliteSettings
+from ... import startup
+from ...audio.core import CoreSource
+from ...audio.format import CHANNELS, CHUNK_BYTES, RATE, WIDTH
+from ...audio.pcm import AudioFormatError, check_format
+from ...timing import TimingLog, TurnClock
+from ...wire.errors import ErrorCode
+from ...zeroconf import Advertiser, default_name
+from ..endpoint import Endpointer, EndpointKind
+from ..listener import Heard, Listener
+from ..protocols import AudioSink, AudioSource, EndpointDetector, WakeDetector
+from ..settings import DEFAULT_HA_PORT, SatelliteSettings
+from ..wake import wake_key
+from . import machine as state
+from .connection import Connections, HaConnection
+from .follow import Follow, ha_entity_id
+from .info import satellite_info
 from .sounds import ring_tone
-from .wake import wake_key
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -684,16 +684,16 @@ def _read_wav(path: str) -> tuple[bytes, AudioFormat]:
 
 async def serve_ha_satellite(settings: SatelliteSettings) -> int:
     """`wyoming-pivoice satellite --uri …`: runs until the microphone ends or a signal."""
-    from ..audio.core import cancel_echo
-    from ..audio.echo import open_canceller
-    from ..audio.mic import open_source
-    from ..audio.speaker import open_sink
+    from ...audio.core import cancel_echo
+    from ...audio.echo import open_canceller
+    from ...audio.mic import open_source
+    from ...audio.speaker import open_sink
 
     if not settings.uri:
         raise ValueError("Home Assistant mode needs --uri")
     wake = None
     if settings.wake_word and not settings.remote_wake:
-        from .wake import WakeWord, WakeWordError
+        from ..wake import WakeWord, WakeWordError
 
         try:
             wake = await asyncio.to_thread(WakeWord, settings.wake_word)

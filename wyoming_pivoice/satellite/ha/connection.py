@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Callable
 
 from wyoming.event import Event
 
-from ..wire.errors import Closing, ErrorCode
-from ..wire.framing import MAX_DATA_BYTES, MAX_FRAME_BYTES
-from ..wire.hardened import HardenedConnection
+from ...wire.errors import Closing, ErrorCode
+from ...wire.framing import MAX_DATA_BYTES, MAX_FRAME_BYTES
+from ...wire.hardened import HardenedConnection
 
 _LOGGER = logging.getLogger(__name__)
 
