@@ -30,9 +30,9 @@ from wyoming.server import AsyncServer
 
 from wyoming_pivoice.audio.mic import WavSource
 from wyoming_pivoice.audio.speaker import PRIMER_SECONDS, NullSink
-from wyoming_pivoice.satellite import ha_connection
 from wyoming_pivoice.satellite.endpoint import Endpointer
-from wyoming_pivoice.satellite.ha import HaSatellite
+from wyoming_pivoice.satellite.ha import connection as ha_connection
+from wyoming_pivoice.satellite.ha.adapter import HaSatellite
 from wyoming_pivoice.satellite.settings import SatelliteSettings, VadSettings
 
 from .helpers import (

@@ -127,11 +127,15 @@ QUESTIONS = {
 }
 
 
-def _first_sound_ms(timing: Path) -> tuple[float, str]:
+def _first_sound(timing: Path) -> tuple[float, str, float | None]:
+    """First played sample after the endpoint (ms), the reply, and how much of that came
+    before the transcript (ms): STT (standalone: speculated), and in HA mode HA's hop."""
     [turn] = [json.loads(line) for line in timing.read_text().splitlines()][:1]
     stamps = turn["stamps"]
     assert stamps["first_played"] is not None, turn
-    return (stamps["first_played"] - stamps["endpoint"]) * 1000, turn["reply"]
+    heard = stamps.get("transcript")
+    to_transcript = (heard - stamps["endpoint"]) * 1000 if heard is not None else None
+    return (stamps["first_played"] - stamps["endpoint"]) * 1000, turn["reply"], to_transcript
 
 
 async def _ha_mode(
@@ -157,14 +161,18 @@ async def _ha_mode(
             reply = await ha_turn(ha, server_port, stream, KITCHEN, f"ha-{tmp_path.name}")
             await ha.read_until("played", timeout=120)
         log = sat.log_text()
-    ms, _ = _first_sound_ms(timing)  # the timing line is written once the turn ends
+    ms, _, to_transcript = _first_sound(timing)  # the timing line is written once the turn ends
     played = sorted(tmp_path.glob(f"ha-{follow_on}-*.wav"))
     assert len(played) == 1, (played, log[-3000:])  # HA's copy of the reply was not played
     pcm = read_wav(played[0])[0]
     dropped = "Dropping Home Assistant's audio of the reply we followed" in log
     assert dropped == follow_on, log[-3000:]
     check_reply_audio(pcm, 22050, reply)  # the whole reply, once
-    return ms, reply, pcm, len(log)
+    return ms, reply, pcm, to_transcript
+
+
+def _round(value: float | None) -> int | None:
+    return None if value is None else round(value)
 
 
 async def test_first_sound_in_home_assistant_mode_against_standalone(
@@ -182,11 +190,13 @@ async def test_first_sound_in_home_assistant_mode_against_standalone(
             "--snd-wav", str(tmp_path / f"sa-{kind}-{n}-{{n}}.wav"), "--snd-realtime",
             "--timing-log", str(standalone_timing), "--max-turns", "1",
         )  # fmt: skip
-        standalone_ms, _ = _first_sound_ms(standalone_timing)
+        standalone_ms, _, standalone_stt = _first_sound(standalone_timing)
         here = tmp_path / f"{kind}-{n}"
         (here / "follow").mkdir(parents=True)
         (here / "plain").mkdir()
-        following_ms, reply, pcm, _ = await _ha_mode(server_port, mic, here / "follow", True)
+        following_ms, reply, pcm, following_stt = await _ha_mode(
+            server_port, mic, here / "follow", True
+        )
         plain_ms, _, _, _ = await _ha_mode(server_port, mic, here / "plain", False)
         assert len(pcm) / (2 * 22050) > 0.5  # it spoke
         figures.append(
@@ -195,6 +205,8 @@ async def test_first_sound_in_home_assistant_mode_against_standalone(
                 "standalone_ms": round(standalone_ms),
                 "ha_following_ms": round(following_ms),
                 "ha_plain_ms": round(plain_ms),
+                "standalone_to_transcript_ms": _round(standalone_stt),
+                "ha_following_to_transcript_ms": _round(following_stt),
                 "chars": len(reply),
                 "sentences": reply.count(". ") + 1,
                 "load_1min": round(os.getloadavg()[0], 1),

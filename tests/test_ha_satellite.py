@@ -32,9 +32,9 @@ from wyoming.wake import Detection
 from wyoming_pivoice.audio.mic import WavSource
 from wyoming_pivoice.audio.speaker import WavSink
 from wyoming_pivoice.satellite.endpoint import Endpointer
-from wyoming_pivoice.satellite.ha import HaSatellite
+from wyoming_pivoice.satellite.ha.adapter import HaSatellite
+from wyoming_pivoice.satellite.ha.machine import Timeouts
 from wyoming_pivoice.satellite.settings import MicSettings, SatelliteSettings, VadSettings
-from wyoming_pivoice.satellite.state import Timeouts
 
 from .helpers import (
     HA_TIMEOUT,

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wyoming.audio import AudioFormat
 
-from wyoming_pivoice.satellite import state
-from wyoming_pivoice.satellite.state import (
+from wyoming_pivoice.satellite.ha import machine as state
+from wyoming_pivoice.satellite.ha.machine import (
     CloseConnection,
     Exit,
     FinishPlayback,

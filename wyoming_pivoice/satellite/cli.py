@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _home_assistant(settings: SatelliteSettings) -> int:
-    from .ha import serve_ha_satellite
+    from .ha.adapter import serve_ha_satellite
 
     return await serve_ha_satellite(settings)
 

@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .ha.machine import Timeouts
 from .protocols import AudioSource, EndpointDetector, EndpointEvent, EndpointKind, WakeDetector
-from .state import Timeouts
 
 _LOGGER = logging.getLogger(__name__)
 

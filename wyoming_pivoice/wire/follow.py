@@ -1,5 +1,5 @@
 """The events of our own follow protocol, spoken by both ends: a Home Assistant satellite of
-ours (satellite/ha_follow.py) and the server it follows (server/follow.py). One spelling here,
+ours (satellite/ha/follow.py) and the server it follows (server/follow.py). One spelling here,
 so the two ends cannot drift apart."""
 
 from __future__ import annotations

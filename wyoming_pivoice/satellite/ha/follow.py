@@ -25,11 +25,11 @@ from wyoming.event import Event
 from wyoming.handle import Handled, HandledChunk
 from wyoming.ping import Ping
 
-from ..realtime import Backoff
-from ..text import PhraseSplitter
-from ..timing import TurnClock
-from ..wire.follow import FOLLOW, HEARD, OWN_TTS, REPLY_FAILED, REPLY_START, SPOKEN
-from .stages import AudioPiece, Connection, ServerLink, StreamingSynthesizer
+from ...realtime import Backoff
+from ...text import PhraseSplitter
+from ...timing import TurnClock
+from ...wire.follow import FOLLOW, HEARD, OWN_TTS, REPLY_FAILED, REPLY_START, SPOKEN
+from ..stages import AudioPiece, Connection, ServerLink, StreamingSynthesizer
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ HA is the TCP client: it connects, sends `run-satellite`, pings every ~2 s and s
 once the speaker has really finished.
 
 Every decision lives in `state.SatelliteMachine`; this module only turns the connections
-(ha_connection.py), the microphone (the shared listener.Listener), the speaker and the clock
+(connection.py), the microphone (the shared listener.Listener), the speaker and the clock
 into its inputs and carries out its actions. Inputs reach the machine synchronously and its
 actions are handed on without waiting: events for HA go to the active connection's outbox
 (its own writer task, each write bounded), playback steps to the speaker's queue (its own
@@ -42,21 +42,23 @@ from wyoming.tts import Synthesize
 from wyoming.vad import VoiceStarted, VoiceStopped
 from wyoming.wake import Detect, Detection
 
-from .. import startup
-from ..audio.format import CHANNELS, CHUNK_BYTES, RATE, WIDTH
-from ..audio.pcm import AudioFormatError, check_format
-from ..timing import TimingLog, TurnClock
-from ..zeroconf import Advertiser, default_name
-from . import state
-from .endpoint import Endpointer, EndpointKind
-from .ha_connection import Connections, HaConnection
-from .ha_follow import Follow, ha_entity_id
-from .ha_info import satellite_info
-from .listener import Heard, Listener
-from .protocols import AudioSink, AudioSource, EndpointDetector, WakeDetector
-from .settings import DEFAULT_HA_PORT, SatelliteSettings
+from ... import startup
+from ...audio.core import CoreSource
+from ...audio.format import CHANNELS, CHUNK_BYTES, RATE, WIDTH
+from ...audio.pcm import AudioFormatError, check_format
+from ...timing import TimingLog, TurnClock
+from ...wire.errors import ErrorCode
+from ...zeroconf import Advertiser, default_name
+from ..endpoint import Endpointer, EndpointKind
+from ..listener import Heard, Listener
+from ..protocols import AudioSink, AudioSource, EndpointDetector, WakeDetector
+from ..settings import DEFAULT_HA_PORT, SatelliteSettings
+from ..wake import wake_key
+from . import machine as state
+from .connection import Connections, HaConnection
+from .follow import Follow, ha_entity_id
+from .info import satellite_info
 from .sounds import ring_tone
-from .wake import wake_key
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -64,6 +66,15 @@ TICK_SECONDS = 0.1
 STEP_TIMEOUT = 2.0  # one speaker call (queue audio, stop)
 SHUTDOWN_STEP = 0.5  # each part of the shutdown
 HOLD_MAX_BYTES = int(state.Timeouts.max_stream * RATE * WIDTH)  # a held barge-in's audio
+# After the audio core cut a playback on the user's voice, the endpointer's speech-started on
+# the same frames follows on the loop (the same turn_policy.decide); a playback that ends by
+# such a cut is reported done only if that barge-in has not come within this long.
+CUT_GRACE = 1.0
+# Over a reply the echo rule counts the user's first frames late (run-pipeline 230-780 ms after
+# the voice began, in the −6 dB room): the endpointer's 300 ms pre-speech then missed the
+# first word's start (0.83 s of stream for 0.93 s of voice). A barge-in's run starts this far
+# back in the (echo-cancelled) mic audio instead.
+BARGE_IN_LEAD_CHUNKS = round(1.0 * RATE * WIDTH / CHUNK_BYTES)
 
 _PROGRESS = {
     Transcribe.is_type: "transcribe",
@@ -217,6 +228,7 @@ class HaSatellite:
         self._done = asyncio.Event()
         self.exit_code = 0
         self._prespeech = b""
+        self._recent: deque[bytes] = deque(maxlen=BARGE_IN_LEAD_CHUNKS)  # the mic's last second
         self._held = bytearray()  # mic audio of a barge-in held until HA's last run ends
         self._stream_ms = 0
         self._speaker: Speaker | None = None
@@ -226,6 +238,13 @@ class HaSatellite:
         self._server: AsyncServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
+        # Barge-in without waiting for the event loop, as standalone: the audio thread stops
+        # the speaker itself when the turn policy says INTERRUPT, over what the machine lets
+        # speech stop (a snapshot the loop keeps, read on the audio thread).
+        self._barge_in_open = False
+        cut = getattr(sink, "cut", None)
+        if isinstance(source, CoreSource) and cut is not None and wake is None:
+            source.on_interrupt = self._fast_cut
         self.follow: Follow | None = None
         if settings.server:  # our server is HA's agent: speak its reply as it is written
             self.follow = Follow(
@@ -331,7 +350,7 @@ class HaSatellite:
             if not await self.connections.claim(conn):
                 _LOGGER.warning("Refusing %s: another Home Assistant is connected", conn.peer)
                 await conn.refuse(
-                    "satellite busy: another Home Assistant connection is active", "busy"
+                    "satellite busy: another Home Assistant connection is active", ErrorCode.BUSY
                 )
                 return False
             now = time.monotonic()
@@ -442,6 +461,7 @@ class HaSatellite:
     async def _heard(self, heard: Heard) -> None:
         """Nothing here waits: the machine sees this chunk's inputs in one go."""
         m, now = self.machine, time.monotonic()
+        self._recent.append(heard.chunk)
         if m.streaming:
             self._send_mic(heard.chunk)  # before the events: it belongs to this stream
         elif m.holding and len(self._held) < HOLD_MAX_BYTES:
@@ -455,7 +475,9 @@ class HaSatellite:
         for ev in heard.events:
             if ev.kind is EndpointKind.SPEECH_STARTED:
                 if self.wake is None and m.accepts_barge_in:
-                    self._prespeech = ev.audio  # as for a trigger: its start goes up first
+                    # As for a trigger its start goes up first, from further back.
+                    lead = b"".join(self._recent)
+                    self._prespeech = lead if len(lead) > len(ev.audio) else ev.audio
                     self._barge_in(now, None, ev.speech_start)
                 elif self.wake is None and m.accepts_trigger:
                     self._prespeech = ev.audio  # pre-speech + speech so far, this chunk too
@@ -478,8 +500,10 @@ class HaSatellite:
         self, now: float, wake_word: str | None, speech_start: float | None = None
     ) -> None:
         """The standalone rule over a reply: stop it now, and the speech starts the next run."""
+        take_cut = getattr(self.sink, "take_cut", None)
+        cut_at = take_cut() if take_cut is not None else None  # the audio core's cut, if first
         if self._clock is not None:
-            self._clock.mark("barge_in", now)
+            self._clock.mark("barge_in", cut_at if cut_at is not None else now)
             self._clock.interrupted = True
         self._start_turn()
         if self._clock is not None and speech_start is not None:
@@ -505,7 +529,13 @@ class HaSatellite:
                 self._do(action)
             except Exception:  # one failed action (a broken speaker) must not skip the rest
                 _LOGGER.exception("Action %s failed", action)
+        self._barge_in_open = self.machine.accepts_barge_in and not self.remote_wake
         self._finish_turn()  # the turn clock closes as soon as the machine leaves the turn
+
+    def _fast_cut(self) -> None:
+        """On the audio thread: the turn policy said INTERRUPT on this frame."""
+        if self._barge_in_open:
+            self.sink.cut(hold=True)  # type: ignore[attr-defined]
 
     def _do(self, action: state.Action) -> None:
         speaker = self._speaker
@@ -576,8 +606,19 @@ class HaSatellite:
         self._apply(self.machine.follow_joined(time.monotonic()))
         return self.machine.following
 
-    def _playback_done(self, generation: int, reply: bool) -> None:
+    def _playback_done(self, generation: int, reply: bool, late: bool = False) -> None:
         """The speaker really played playback `generation` (or failed): tell the machine."""
+        if getattr(self.sink, "cut_at", None) is not None:
+            if not late and generation == self.machine.generation:
+                # The audio core cut it on the user's voice: the barge-in that follows ends
+                # it with that speech. Reported first, the reply would end as if played out
+                # and a ring's end would reset the endpointer, losing the speech's frames.
+                loop = asyncio.get_running_loop()
+                loop.call_later(CUT_GRACE, self._playback_done, generation, reply, True)
+                return
+            take_cut = getattr(self.sink, "take_cut", None)
+            if late and take_cut is not None:
+                take_cut()  # no barge-in came: the cut was the policy's alone
         now = time.monotonic()
         clock = self._clock
         if reply and clock is not None and generation == self.machine.generation:
@@ -643,16 +684,16 @@ def _read_wav(path: str) -> tuple[bytes, AudioFormat]:
 
 async def serve_ha_satellite(settings: SatelliteSettings) -> int:
     """`wyoming-pivoice satellite --uri …`: runs until the microphone ends or a signal."""
-    from ..audio.core import cancel_echo
-    from ..audio.echo import open_canceller
-    from ..audio.mic import open_source
-    from ..audio.speaker import open_sink
+    from ...audio.core import cancel_echo
+    from ...audio.echo import open_canceller
+    from ...audio.mic import open_source
+    from ...audio.speaker import open_sink
 
     if not settings.uri:
         raise ValueError("Home Assistant mode needs --uri")
     wake = None
     if settings.wake_word and not settings.remote_wake:
-        from .wake import WakeWord, WakeWordError
+        from ..wake import WakeWord, WakeWordError
 
         try:
             wake = await asyncio.to_thread(WakeWord, settings.wake_word)

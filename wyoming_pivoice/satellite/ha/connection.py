@@ -1,8 +1,10 @@
 """Home Assistant's connections to the satellite: each one bounded, and one of them at a time
 driving the satellite.
 
-Every connection is bounded like the server's: frame sizes (framing.py's reader), a cap on
-connections (the oldest idle one makes room), idle deadlines, bounded writes. A peer that
+Every connection is the server's hardened one (wire/hardened.py: bounded frames, a deadline
+for the next frame and for each frame once begun, bounded writes, `error` with the one
+ErrorCode enum before a close, lingering so the peer can read it), plus a cap on connections
+(the oldest not driving the satellite makes room). A peer that
 has claimed the satellite but does not ping, as HA does every 2 s, loses it to the next
 connection that asks. Events for HA go to the connection's outbox (its own writer task,
 each write bounded), so nothing that sends waits on the socket.
@@ -17,11 +19,11 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 
-from wyoming.error import Error
-from wyoming.event import Event, async_read_event
-from wyoming.server import AsyncEventHandler
+from wyoming.event import Event
 
-from ..wire.framing import MAX_DATA_BYTES, MAX_FRAME_BYTES, BoundedReader
+from ...wire.errors import Closing, ErrorCode
+from ...wire.framing import MAX_DATA_BYTES, MAX_FRAME_BYTES
+from ...wire.hardened import HardenedConnection
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -32,6 +34,7 @@ MAX_CONNECTIONS = 8  # HA and its describe probes; past it the oldest idle one i
 IDLE_TIMEOUT = 30.0  # a connection that does not drive the satellite and sends nothing
 ACTIVE_IDLE_TIMEOUT = 300.0  # the driving connection, if it never pings (pings: ha_silence)
 OUTBOX_MAX = 512  # events HA has not taken yet (mic audio is 31 a second): past it HA is gone
+FRAME_TIMEOUT = 10.0  # a frame once begun (HA's largest, a 2 KB audio chunk, takes microseconds)
 
 
 def _keepalive(writer: asyncio.StreamWriter) -> None:
@@ -137,7 +140,7 @@ class Connections:
         self.active = None
 
 
-class HaConnection(AsyncEventHandler):
+class HaConnection(HardenedConnection):
     """One TCP connection (Home Assistant, or a `describe`-only probe)."""
 
     def __init__(
@@ -146,10 +149,15 @@ class HaConnection(AsyncEventHandler):
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
-        super().__init__(reader, writer)
+        super().__init__(
+            reader,
+            writer,
+            max_frame_bytes=MAX_FRAME_BYTES,
+            max_data_bytes=MAX_DATA_BYTES,
+            frame_timeout=FRAME_TIMEOUT,
+            write_timeout=WRITE_TIMEOUT,
+        )
         self.connections = connections
-        self.peer = writer.get_extra_info("peername")
-        self.bounded = BoundedReader(reader, MAX_FRAME_BYTES, MAX_DATA_BYTES)
         self.opened = time.monotonic()
         self.last_ping: float | None = None
         self._outbox: asyncio.Queue[Event] = asyncio.Queue()
@@ -161,9 +169,17 @@ class HaConnection(AsyncEventHandler):
         """This connection drives the satellite."""
         return self.connections.active is self
 
+    def next_frame_deadline(self) -> float:
+        return time.monotonic() + (ACTIVE_IDLE_TIMEOUT if self.active else IDLE_TIMEOUT)
+
+    def frame_missed(self) -> None:
+        idle = ACTIVE_IDLE_TIMEOUT if self.active else IDLE_TIMEOUT
+        _LOGGER.info("Connection %s idle for %.0f s: closing it", self.peer, idle)
+        raise Closing("idle timeout", ErrorCode.IDLE)
+
     async def run(self) -> None:
         if not self.connections.admit(self):
-            await self.refuse("satellite busy: too many connections", "busy")
+            await self.refuse("satellite busy: too many connections", ErrorCode.BUSY)
             return
         try:
             while await self._read_one():
@@ -176,24 +192,11 @@ class HaConnection(AsyncEventHandler):
 
     async def _read_one(self) -> bool:
         """Read and handle one event; False ends the connection."""
-        idle = ACTIVE_IDLE_TIMEOUT if self.active else IDLE_TIMEOUT
-        try:
-            event = await asyncio.wait_for(async_read_event(self.bounded), idle)  # type: ignore[arg-type]
-        except asyncio.TimeoutError:
-            _LOGGER.info("Connection %s idle for %.0f s: closing it", self.peer, idle)
-            await self.refuse("idle timeout", "idle")
-            return False
-        except (ConnectionError, OSError, asyncio.IncompleteReadError):
-            raise
-        except Exception as err:  # JSON that is no event (a list, nested too deep …)
-            await self.refuse(f"malformed frame: {err!r}", "malformed")
-            return False
+        event = await self.read_event_bounded()  # a bad frame or idle: `error` sent
         if event is None:
-            if self.bounded.violation:
-                _LOGGER.warning("Refusing %s: %s", self.peer, self.bounded.violation)
-                await self.refuse(self.bounded.violation, "frame-too-large")
-            elif self.bounded.got_line:
-                await self.refuse("malformed frame: not a JSON event", "malformed")
+            if self.refused:
+                _LOGGER.warning("Closing %s after a refused frame", self.peer)
+                await self.linger()
             return False
         return await self.handle_event(event)
 
@@ -207,10 +210,7 @@ class HaConnection(AsyncEventHandler):
             if not self.send(event):
                 raise ConnectionError(f"{self.peer} takes no events")
             return
-        try:
-            await asyncio.wait_for(self.write_event(event), WRITE_TIMEOUT)
-        except asyncio.TimeoutError:
-            raise ConnectionError(f"{self.peer} takes no replies") from None
+        await self.write_event(event)  # within WRITE_TIMEOUT, or the peer is dropped
 
     def send(self, event: Event) -> bool:
         """Queue an event for the peer, in order; False if it has stopped taking them."""
@@ -225,24 +225,17 @@ class HaConnection(AsyncEventHandler):
         while True:
             event = await self._outbox.get()
             try:
-                await asyncio.wait_for(self.write_event(event), WRITE_TIMEOUT)
-            except (ConnectionError, OSError, asyncio.TimeoutError, RuntimeError) as err:
+                await self.write_event(event)  # within WRITE_TIMEOUT
+            except (ConnectionError, OSError, RuntimeError) as err:
                 self.connections.send_failed(self, event, err)
                 return
 
-    async def refuse(self, text: str, code: str) -> None:
+    async def refuse(self, text: str, code: ErrorCode) -> None:
         """An `error` the peer can read, then close (its unread input is let in first:
         closing on unread bytes resets the connection and can destroy the error)."""
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.write_event(Error(text=text, code=code).event()), 1.0)
-            self.writer.write_eof()
-
-            async def discard(max_bytes: int = 1 << 20) -> None:
-                received = 0
-                while received < max_bytes and (data := await self.reader.read(65536)):
-                    received += len(data)
-
-            await asyncio.wait_for(discard(), 1.0)
+            await self.close_with(text, code)
+            await self.linger()
         self.abort()
 
     def pinging(self, now: float) -> bool:

@@ -13,8 +13,8 @@ from wyoming.info import (
     WakeProgram,
 )
 
-from .. import __version__
-from ..audio.format import CHANNELS, RATE, WIDTH
+from ... import __version__
+from ...audio.format import CHANNELS, RATE, WIDTH
 
 TTS_RATE = 22050  # what HA asks its TTS for on Wyoming satellites (_TTS_SAMPLE_RATE)
 ATTRIBUTION = Attribution(name="wyoming-pivoice", url="https://github.com/wyoming-pivoice")
