@@ -7,6 +7,8 @@ default kitchen.wav. Exits 1 on a wrong answer. Under emulation the times are qe
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import subprocess
 import sys
 import time
@@ -18,11 +20,27 @@ from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.info import Describe, Info
 
-from wyoming_pivoice.ports import free_port, wait_for_port
-
 LOAD_TIMEOUT = 1800.0  # model loads under emulation take minutes
 RUNNING = sys.argv[1:2] == ["--port"]  # a server that already runs, on that port
 WAV = sys.argv[3 if RUNNING else 2] if len(sys.argv) > (3 if RUNNING else 2) else "kitchen.wav"
+
+
+# Not pivoice_lab.ports: this runs where only the runtime is installed (the arm64 root, the image).
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listening on port {port} after {timeout:.0f} s")
 
 
 async def ask(port: int, events: list[Event], until: str) -> list[Event]:

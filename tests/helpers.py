@@ -34,8 +34,8 @@ from wyoming.server import AsyncTcpServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 from wyoming.vad import VoiceStarted, VoiceStopped
 
-from wyoming_pivoice.bench.servers import stop
-from wyoming_pivoice.ports import free_port, wait_for_port
+from pivoice_lab.bench.servers import stop
+from pivoice_lab.ports import free_port, wait_for_port
 
 if TYPE_CHECKING:
     from wyoming_pivoice.server.services import Services

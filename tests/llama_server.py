@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from wyoming_pivoice.bench.servers import stop
+from pivoice_lab.bench.servers import stop
+from pivoice_lab.ports import free_port, wait_for_port
 from wyoming_pivoice.models import EMBEDDED_LLM
-from wyoming_pivoice.ports import free_port, wait_for_port
 
 MODEL_ALIAS = "smollm2"
 # What llama_cpp.server prints when the client of a streamed completion has gone: it stops
@@ -91,3 +93,14 @@ class LlamaServer:
                 )
             await asyncio.sleep(0.01)
         return time.monotonic()
+
+
+@contextlib.contextmanager
+def started(log_dir: Path, **options: object) -> Iterator[LlamaServer]:
+    """One engine for a module's tests (its log in `log_dir`), stopped after them."""
+    server = LlamaServer(log_dir / "llama_server.log", **options)  # type: ignore[arg-type]
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

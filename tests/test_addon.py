@@ -111,6 +111,9 @@ def validate_option(typ: str, value: Any) -> None:
         assert value in BOOL_TRUE | BOOL_FALSE, f"{value!r} is not a boolean"
     elif typ.startswith("list"):
         assert str(value) in match.group("list").split("|"), f"{value!r} not in {typ}"
+    elif typ.startswith("url"):  # voluptuous' Url: a scheme and a host
+        url = urlparse(value) if isinstance(value, str) else None
+        assert url is not None and url.scheme and url.netloc, f"{value!r} is not a URL"
     else:
         raise AssertionError(f"this test does not check {typ!r} options")
 
@@ -322,6 +325,7 @@ class AddonRun:
             "PATH": f"{bin_dir}:{os.environ['PATH']}",
             "BASH_ENV": str(FIXTURES / "bashio.sh"),
             "FAKE_BASHIO_OPTIONS": str(tmp / "options.json"),
+            "PIVOICE_ADDON_OPTIONS": str(tmp / "options.json"),
             "FAKE_BASHIO_DISCOVERY": str(self.discovery),
             "STUB_RECORD_DIR": str(self.records),
             **(env or {}),
@@ -398,8 +402,9 @@ DEFAULT_PROMPT = (
 DEFAULT_SERVER = [
     "--log-level", "INFO", "server",
     "--uri", "tcp://0.0.0.0:10800", "--no-zeroconf",
-    "--asr-model", "embedded", "--asr-language", "en", "--asr-beam-size", "1",
-    "--voice", "embedded", "--voice-dir", "/share/pivoice", "--voice-dir", "/share/piper",
+    "--voice-dir", "/share/pivoice", "--voice-dir", "/share/piper",
+    "--asr-model", "embedded", "--asr-beam-size", "1", "--asr-language", "en",
+    "--voice", "embedded",
     "--llm-model", "embedded", "--llm-context", "2048",
     "--max-tokens", "256", "--system-prompt", DEFAULT_PROMPT,
 ]  # fmt: skip
@@ -427,10 +432,10 @@ def test_satellite_for_home_assistant_with_the_default_audio(
     assert satellite == [
         "--log-level", "INFO", "satellite",
         "--uri", "tcp://0.0.0.0:10700", "--no-zeroconf",
-        "--wake-word", "okay_nabu",
-        "--vad-threshold", "0.5", "--vad-silence-ms", "300",
         "--mic-command", "arecord -r 16000 -c 1 -f S16_LE -t raw",
         "--snd-command", "aplay -r {rate} -c {channels} -f S16_LE -t raw",
+        "--vad-threshold", "0.5", "--vad-silence-ms", "300",
+        "--wake-word", "okay_nabu",
     ]  # fmt: skip
     parses(satellite)
 
@@ -467,21 +472,22 @@ def test_every_option_set(tmp_path: Path, defaults: dict[str, Any]) -> None:
     assert server == [
         "--log-level", "DEBUG", "server",
         "--uri", "tcp://0.0.0.0:10800", "--no-zeroconf",
-        "--asr-model", "small.en", "--asr-language", "auto", "--asr-beam-size", "5",
-        "--asr-threads", "2", "--asr-window", "30",
-        "--voice", "en_GB-alan-medium", "--voice-dir", "/share/pivoice", "--voice-dir",
-        "/share/piper", "--tts-speaker", "0", "--tts-length-scale", "0.85",
+        "--voice-dir", "/share/pivoice", "--voice-dir", "/share/piper",
+        "--asr-model", "small.en", "--asr-beam-size", "5", "--asr-language", "auto",
+        "--asr-threads", "2", "--asr-window", "30.0",
+        "--voice", "en_GB-alan-medium", "--tts-speaker", "0", "--tts-length-scale", "0.85",
         "--llm-model", "/share/pivoice/qwen2.5-0.5b-instruct-q4_k_m.gguf",
-        "--llm-context", "4096", "--llm-threads", "3",
+        "--llm-threads", "3", "--llm-context", "4096",
         "--max-tokens", "96", "--system-prompt", prompt, "--llm-lazy",
     ]  # fmt: skip
     assert satellite == [
         "--log-level", "DEBUG", "satellite",
-        "--server", "tcp://127.0.0.1:10800", "--language", "auto",
-        "--wake-word", "hey_jarvis",
-        "--vad-threshold", "0.65", "--vad-silence-ms", "450",
+        "--server", "tcp://127.0.0.1:10800",
         "--mic-device", "USB PnP",
         "--snd-command", "paplay --raw --rate={rate} --channels={channels} --format=s16le",
+        "--vad-threshold", "0.65", "--vad-silence-ms", "450",
+        "--language", "auto",
+        "--wake-word", "hey_jarvis",
         "--timing-log", "/share/pivoice/timing.jsonl",
     ]  # fmt: skip
     parses(server)
@@ -509,10 +515,10 @@ def test_named_satellite_with_commands_and_no_wake_word(
     assert satellite == [
         "--log-level", "WARNING", "satellite",
         "--uri", "tcp://0.0.0.0:10700", "--no-zeroconf",
-        "--name", "Kitchen", "--area", "Kitchen",
-        "--vad-threshold", "0.5", "--vad-silence-ms", "300",
         "--mic-command", "arecord -D plughw:CARD=Device,DEV=0 -r 16000 -c 1 -f S16_LE -t raw",
         "--snd-device", "Headphones",
+        "--vad-threshold", "0.5", "--vad-silence-ms", "300",
+        "--name", "Kitchen", "--area", "Kitchen",
     ]  # fmt: skip
     parses(server)
     parses(satellite)
@@ -527,6 +533,8 @@ def test_remote_llm_options(tmp_path: Path) -> None:
         "llm_api_key": "sk-secret-4711",
         "llm_remote_model": "qwen2.5-7b-instruct",
         "llm_fallback": "local",
+        "llm_turn_timeout": 45.5,
+        "llm_concurrency": 2,
     }
     server, _, _, log = run_addon(tmp_path, options, satellite=False)
     assert server == [
@@ -534,9 +542,15 @@ def test_remote_llm_options(tmp_path: Path) -> None:
         "--llm-url", "http://192.168.1.20:8080/v1",
         "--llm-remote-model", "qwen2.5-7b-instruct",
         "--llm-fallback", "local",
+        "--llm-turn-timeout", "45.5",
+        "--llm-concurrency", "2",
     ]  # fmt: skip
     assert "sk-secret-4711" not in log
     parses(server)
+    from wyoming_pivoice.server.cli import settings_from_args
+
+    remote = settings_from_args(build_parser().parse_args(server)).remote_llm
+    assert remote is not None and (remote.turn_timeout, remote.concurrency) == (45.5, 2)
 
 
 def test_the_addon_stops_when_the_server_dies(tmp_path: Path, defaults: dict[str, Any]) -> None:
@@ -589,3 +603,91 @@ def test_catalogue_lists_are_the_packages_catalogue(tmp_path: Path, config: dict
     (tmp_path / "free").mkdir()
     server, _, _, _ = run_addon(tmp_path / "free", hub_file, satellite=False)
     assert server[server.index("--llm-model") + 1] == "Qwen/Qwen2.5-0.5B-Instruct-GGUF:q.gguf"
+
+
+# --- the options are the settings' (wyoming_pivoice/addon.py) ------------------------------
+
+
+def test_config_yaml_is_what_the_settings_declare(config: dict[str, Any]) -> None:
+    """Each add-on option that is a flag is declared on its settings field (its Supervisor
+    type, and its default where the add-on has one); config.yaml must say the same, since
+    the Supervisor reads only that file."""
+    from wyoming_pivoice import addon
+
+    assert config["schema"] == addon.schema()
+    assert config["options"] == addon.defaults()
+
+
+def _a_value(typ: str) -> Any:
+    """A valid value of a schema type that no default has."""
+    match = RE_SCHEMA_ELEMENT.match(typ)
+    assert match
+    if typ.startswith("int"):
+        return int(match.group("i_max") or 3) - 1
+    if typ.startswith("float"):
+        return (float(match.group("f_min") or 0) + float(match.group("f_max") or 2)) / 2
+    if typ.startswith("list"):
+        return match.group("list").split("|")[-1]
+    if typ.startswith("url"):
+        return "http://192.168.1.20:8080/v1"
+    if typ.startswith("bool"):
+        return True
+    return "some-value"
+
+
+@pytest.mark.parametrize("service", ["server", "satellite"])
+def test_every_flag_option_reaches_its_flag(service: str, config: dict[str, Any]) -> None:
+    """Each option the settings declare, set alone, arrives on the real parser as its value."""
+    from wyoming_pivoice import addon, options
+    from wyoming_pivoice.satellite.settings import SatelliteSettings
+    from wyoming_pivoice.settings import ServerSettings
+
+    cls = ServerSettings if service == "server" else SatelliteSettings
+    argv_of = addon.server_argv if service == "server" else addon.satellite_argv
+    offered = [(f.addon_key(), f) for _, f, _ in options.walk(cls) if f.addon is not None]
+    assert offered
+    for key, spec in offered:
+        value = _a_value(config["schema"][key])
+        given = {**config["options"], key: value}
+        validate_options(config["schema"], given)
+        args = build_parser().parse_args(argv_of(given))
+        parsed = getattr(args, spec.dest)
+        assert parsed == value or (parsed is True and value is True), (key, parsed, value)
+
+
+def test_standalone_satellite_language(config: dict[str, Any]) -> None:
+    """The standalone satellite hears in the speech's language unless given its own."""
+    from wyoming_pivoice import addon
+    from wyoming_pivoice.satellite.cli import settings_from_args
+
+    given = {**config["options"], "satellite_mode": "standalone", "asr_language": "de"}
+    args = build_parser().parse_args(addon.satellite_argv(given))
+    assert settings_from_args(args).language == "de"
+    given["satellite_language"] = "auto"
+    args = build_parser().parse_args(addon.satellite_argv(given))
+    assert settings_from_args(args).language is None  # auto: detected
+
+
+def test_addon_args_with_unreadable_options_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "options.json").write_text("{not json")
+    for path in (tmp_path / "options.json", tmp_path / "missing.json"):
+        done = subprocess.run(
+            [sys.executable, "-m", "wyoming_pivoice", "addon-args", "server", "--options", path],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.count("\n") == 1 and "cannot read the options" in done.stderr
+
+
+def test_run_sh_stops_with_one_line_when_the_options_cannot_be_read(
+    tmp_path: Path, defaults: dict[str, Any]
+) -> None:
+    run = AddonRun(tmp_path, defaults, env={"PIVOICE_ADDON_OPTIONS": str(tmp_path / "none.json")})
+    try:
+        status = run.proc.wait(timeout=60)
+    finally:
+        run.stop()
+    log = run.log.read_text()
+    assert status == 2, log
+    assert "The server's options could not be read" in log and "Traceback" not in log
+    assert run.argv("server") is None  # nothing started

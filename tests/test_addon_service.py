@@ -69,6 +69,9 @@ def test_units_for_server_and_satellite(tmp_path: Path) -> None:
     assert satellite["Unit"]["Wants"] == "network-online.target wyoming-pivoice-server.service"
     assert satellite["Service"]["User"] == "pi"
     assert satellite["Service"]["SupplementaryGroups"] == "audio"
+    # The audio threads may take SCHED_RR 10 (else nice -10) as user pi; the server may not.
+    assert (satellite["Service"]["LimitRTPRIO"], satellite["Service"]["LimitNICE"]) == ("10", "-10")
+    assert "LimitRTPRIO" not in server["Service"] and server["Service"]["RestrictRealtime"] == "yes"
     assert satellite["Service"]["Restart"] == "always"
     assert satellite["Service"]["ExecStart"] == (
         "/home/pi/wyoming-pivoice/.venv/bin/wyoming-pivoice satellite --uri tcp://0.0.0.0:10700 "

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from wyoming.audio import AudioFormat
 
-from wyoming_pivoice.audio import AudioFormatError, StreamingConverter, check_format
+from wyoming_pivoice.audio.pcm import AudioFormatError, StreamingConverter, check_format
 
 
 def tone(rate: int, seconds: float, freq: float = 440.0) -> np.ndarray:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from wyoming_pivoice.bench import corpus, report, runner, server_compute, servers
-from wyoming_pivoice.bench.cli import add_parser, options_from_args
-from wyoming_pivoice.bench.soak import growth
+from pivoice_lab.bench import corpus, report, runner, server_compute, servers
+from pivoice_lab.bench.cli import add_parser, options_from_args
+from pivoice_lab.bench.soak import growth
 from wyoming_pivoice.compute_log import Compute, ComputeLog, Load, read
 
 STAGE_KEYS = {key for key, _label, _boundary in report.STAGES}
@@ -285,7 +285,7 @@ def test_peer_tts_comparison_times_first_audio_and_complete_audio(server_port: i
     every figure is a real timing, and a reply's audio is complete only after it began."""
     import asyncio
 
-    from wyoming_pivoice.bench import peers
+    from pivoice_lab.bench import peers
 
     uri = f"tcp://127.0.0.1:{server_port}"
     result = asyncio.run(peers._compare_tts(uri, uri, 1, 24, None))

@@ -17,7 +17,7 @@ import pytest
 from wyoming.event import Event, async_write_event
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
-from wyoming_pivoice.audio import resample_pcm16
+from wyoming_pivoice.audio.pcm import resample_pcm16
 
 from .helpers import (
     RELEASE_S,

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 import wave
 
 import numpy as np
 import pytest
 from wyoming.audio import AudioFormat
 
+from pivoice_lab.room.acoustics import EchoPath, NoiseFloor, RoomAcoustics
 from tests.helpers import make_speech
-from wyoming_pivoice.audio import StreamingConverter
-from wyoming_pivoice.room.acoustics import EchoPath, NoiseFloor, RoomAcoustics
-from wyoming_pivoice.satellite.audio_in import CHUNK_SAMPLES, CHUNK_SECONDS
-from wyoming_pivoice.satellite.audio_out import NullSink
-from wyoming_pivoice.satellite.echo import CaptureClock, EchoCanceller
+from wyoming_pivoice.audio.echo import CaptureClock, EchoCanceller
+from wyoming_pivoice.audio.format import CHUNK_SAMPLES, CHUNK_SECONDS
+from wyoming_pivoice.audio.pcm import StreamingConverter
+from wyoming_pivoice.audio.speaker import NullSink
 from wyoming_pivoice.satellite.endpoint import Hearing
 from wyoming_pivoice.satellite.settings import EchoSettings
 
@@ -148,3 +149,79 @@ def test_a_reader_that_falls_behind_never_makes_audio_look_later():
     for n in range(400):  # 12.8 s of chunks read on time after the gap
         first = clock.first_sample(count * 1 + gap + (n + 1) * chunk, chunk)
     assert first == count + gap + 399 * chunk
+
+
+OVERLAP_S = 0.25
+
+
+def _talked_over(reply, user, acoustics: RoomAcoustics, mode: str) -> tuple[float, float, int]:
+    """Reply 1 plays from 0.5 s, the user talks over it 3.5 s in and a barge-in is decided
+    250 ms after the voice's onset (the reply is cut there); 1.5 s later reply 2 plays.
+    `mode`: "standby" (the canceller's own handling), "keep" (no barge-in handling: the
+    filter that adapted through the voice stays), "restart" (a fresh AEC3 at the cut).
+    Returns the ERLE (dB) over reply 2's first second and over all of it, and the swaps."""
+    pcm, rate = reply
+    fmt = AudioFormat(rate, 2, 1)
+    canceller = EchoCanceller(EchoSettings())
+    played = StreamingConverter(fmt, RATE).convert(pcm)
+    first = RATE // 2
+    onset = first + int(3.5 * RATE)
+    cut = onset + int(OVERLAP_S * RATE)
+    second = cut + int(1.5 * RATE)
+    total = second + len(played) + RATE // 2
+    speaker = np.zeros(total, dtype=np.float32)
+    speaker[first:cut] = played[: cut - first]
+    speaker[second : second + len(played)] = played
+    echo = EchoPath(acoustics).process(speaker)
+    mic = echo + NoiseFloor(acoustics.noise_dbfs, 1).block(total)
+    voice = user[: second - onset]
+    mic[onset : onset + len(voice)] += voice
+    piece = int(rate * 0.02) * 2
+    for start_s, length in ((first / RATE, (cut - first) / RATE), (second / RATE, 99.0)):
+        for i, offset in enumerate(range(0, min(len(pcm), int(length * rate) * 2), piece)):
+            canceller.reference(pcm[offset : offset + piece], fmt, start_s + i * 0.02)
+    out = []
+    for n in range(total // CHUNK_SAMPLES):
+        lo = n * CHUNK_SAMPLES
+        chunk = (np.clip(mic[lo : lo + CHUNK_SAMPLES], -1, 1) * 32767).astype("<i2").tobytes()
+        processed = canceller.process(chunk, (n + 1) * CHUNK_SECONDS)
+        out.append(np.frombuffer(processed, dtype="<i2").astype(np.float32) / 32768)
+        speaking = onset <= lo < onset + len(voice)
+        canceller.evidence(0.9 if speaking else 0.05)
+        if lo <= cut < lo + CHUNK_SAMPLES:
+            if mode == "dual":
+                canceller.barge_in()
+            elif mode == "restart":
+                from wyoming_pivoice.audio.echo import load_apm
+
+                canceller._apm = load_apm(canceller.settings)
+    cleaned = np.concatenate(out)
+    early = slice(second, second + RATE)
+    whole = slice(second, second + len(played))
+
+    def erle(span: slice) -> float:
+        return _dbfs(echo[span]) - _dbfs(cleaned[span])
+
+    global WINDOWS
+    WINDOWS = [
+        round(erle(slice(second + k * RATE, second + (k + 1) * RATE)), 1)
+        for k in range(len(played) // RATE)
+    ]
+    return erle(early), erle(whole), canceller.trials
+
+
+@pytest.mark.parametrize("echo_db, delay_ms, overlap_s", [(-6, 150, 0.6), (-3, 250, 0.9)])
+def test_a_barge_in_keeps_the_filter_and_tries_a_fresh_one_beside_it(
+    reply, user, echo_db, delay_ms, overlap_s, monkeypatch
+):
+    """The voice over a reply neither costs the next reply its first second of cancelling (a
+    restart would) nor leaves a filter that adapted through the voice for all of it (keeping
+    it would): the better of the two is heard, and one trial ends with one filter."""
+    monkeypatch.setattr(sys.modules[__name__], "OVERLAP_S", overlap_s)
+    acoustics = RoomAcoustics(echo_db=echo_db, delay_ms=delay_ms, tail_ms=delay_ms)
+    early, whole, trials = _talked_over(reply, user, acoustics, "dual")
+    kept_early, kept_whole, _ = _talked_over(reply, user, acoustics, "keep")
+    fresh_early, fresh_whole, _ = _talked_over(reply, user, acoustics, "restart")
+    assert len(trials) == 1
+    assert early >= 15, (early, kept_early, fresh_early)
+    assert whole >= max(kept_whole, fresh_whole) - 3, (whole, kept_whole, fresh_whole)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from wyoming_pivoice.satellite.audio_in import CHUNK_BYTES, read_wav_16k
+from wyoming_pivoice.audio.format import CHUNK_BYTES
+from wyoming_pivoice.audio.mic import read_wav_16k
 from wyoming_pivoice.satellite.endpoint import Endpointer, EndpointKind, EndpointLogic, Hearing
 from wyoming_pivoice.satellite.settings import VadSettings
 from wyoming_pivoice.satellite.turn_policy import Evidence

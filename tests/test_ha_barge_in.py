@@ -19,8 +19,8 @@ from wyoming.satellite import RunSatellite
 from wyoming.timer import TimerFinished
 from wyoming.tts import Synthesize
 
-from wyoming_pivoice.room.acoustics import RoomAcoustics
-from wyoming_pivoice.room.simulator import Room, Say
+from pivoice_lab.room.acoustics import RoomAcoustics
+from pivoice_lab.room.simulator import Room, Say
 
 from .helpers import FakeHomeAssistant, ha_mode_satellite, make_speech, read_wav
 

@@ -28,9 +28,9 @@ from wyoming.ping import Ping
 from wyoming.satellite import RunSatellite
 from wyoming.server import AsyncServer
 
+from wyoming_pivoice.audio.mic import WavSource
+from wyoming_pivoice.audio.speaker import PRIMER_SECONDS, NullSink
 from wyoming_pivoice.satellite import ha_connection
-from wyoming_pivoice.satellite.audio_in import WavSource
-from wyoming_pivoice.satellite.audio_out import PRIMER_SECONDS, NullSink
 from wyoming_pivoice.satellite.endpoint import Endpointer
 from wyoming_pivoice.satellite.ha import HaSatellite
 from wyoming_pivoice.satellite.settings import SatelliteSettings, VadSettings

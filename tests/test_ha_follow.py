@@ -13,7 +13,7 @@ from pathlib import Path
 from wyoming.event import Event
 from wyoming.satellite import RunSatellite
 
-from wyoming_pivoice.bench.servers import warm
+from pivoice_lab.bench.servers import warm
 from wyoming_pivoice.server import follow
 from wyoming_pivoice.server.follow import Follower, FollowHub
 

@@ -29,8 +29,8 @@ from wyoming.timer import TimerFinished, TimerStarted
 from wyoming.tts import Synthesize, SynthesizeVoice
 from wyoming.wake import Detection
 
-from wyoming_pivoice.satellite.audio_in import WavSource
-from wyoming_pivoice.satellite.audio_out import WavSink
+from wyoming_pivoice.audio.mic import WavSource
+from wyoming_pivoice.audio.speaker import WavSink
 from wyoming_pivoice.satellite.endpoint import Endpointer
 from wyoming_pivoice.satellite.ha import HaSatellite
 from wyoming_pivoice.satellite.settings import MicSettings, SatelliteSettings, VadSettings

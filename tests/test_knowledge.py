@@ -386,7 +386,7 @@ def test_the_addon_option(tmp_path: Path) -> None:
 
 
 def test_the_bench_generates_notes_that_index_within_the_bounds(tmp_path: Path) -> None:
-    from wyoming_pivoice.bench import knowledge as bench
+    from pivoice_lab.bench import knowledge as bench
 
     written = bench.generate_notes(tmp_path / "notes", 0.2)
     assert written >= 0.2 * 1024 * 1024

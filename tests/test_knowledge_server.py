@@ -25,7 +25,7 @@ from wyoming_pivoice.engines.llm import LlamaChat, LlmSettings
 from wyoming_pivoice.server.knowledge import KnowledgeBase, KnowledgeSettings, TurnNotes
 
 from .helpers import read_until, server_process, turn_event, wait_until
-from .llama_server import LlamaServer
+from .llama_server import LlamaServer, started
 
 FIXTURES = Path(__file__).parent / "fixtures" / "knowledge" / "notes"
 PASSWORD = "marmalade-otter-42"  # made up: in no model, only in wifi.md
@@ -161,12 +161,8 @@ async def test_a_note_written_while_the_server_runs_is_found(served: Served, not
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    server = LlamaServer(tmp_path_factory.mktemp("engine") / "llama_server.log")
-    server.start()
-    try:
+    with started(tmp_path_factory.mktemp("engine")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 async def test_the_notes_reach_a_remote_engine(

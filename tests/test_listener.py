@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from wyoming_pivoice.audio.format import CHUNK_BYTES
 from wyoming_pivoice.satellite import listener as listener_module
-from wyoming_pivoice.satellite.audio_in import CHUNK_BYTES
 from wyoming_pivoice.satellite.endpoint import EndpointEvent, EndpointKind
 from wyoming_pivoice.satellite.listener import Heard, Listener, WakeWindow
 

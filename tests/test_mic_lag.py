@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from wyoming_pivoice.ports import free_port
-from wyoming_pivoice.room.acoustics import RoomAcoustics
-from wyoming_pivoice.room.session import run_satellite_in_room
-from wyoming_pivoice.room.simulator import Room, Say
+from pivoice_lab.ports import free_port
+from pivoice_lab.room.acoustics import RoomAcoustics
+from pivoice_lab.room.session import run_satellite_in_room
+from pivoice_lab.room.simulator import Room, Say
 
 from .helpers import make_speech, read_wav
 

@@ -15,10 +15,10 @@ from wyoming.event import Event
 from wyoming.info import Describe
 from wyoming.tts import Synthesize
 
+from pivoice_lab.ports import free_port
 from wyoming_pivoice import catalogue, models
 from wyoming_pivoice.engines.tts import PiperTts, TtsSettings
 from wyoming_pivoice.models import ModelDownloadError, ModelStore
-from wyoming_pivoice.ports import free_port
 
 from .fake_hub import FakeHub
 from .helpers import (

@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
-from wyoming_pivoice import realtime
-from wyoming_pivoice.realtime import Backoff, Pacer
+from wyoming_pivoice.audio import pacing
+from wyoming_pivoice.audio.pacing import Pacer
+from wyoming_pivoice.realtime import Backoff
 
 
 class FakeClock:
@@ -26,8 +27,8 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
-    monkeypatch.setattr(realtime.time, "monotonic", fake.monotonic)
-    monkeypatch.setattr(realtime.asyncio, "sleep", fake.sleep)
+    monkeypatch.setattr(pacing.time, "monotonic", fake.monotonic)
+    monkeypatch.setattr(pacing.asyncio, "sleep", fake.sleep)
     return fake
 
 

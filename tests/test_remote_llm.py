@@ -20,7 +20,7 @@ from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.info import Describe
 
-from wyoming_pivoice.bench import remote as bench_remote
+from pivoice_lab.bench import remote as bench_remote
 from wyoming_pivoice.doctor.base import Status
 from wyoming_pivoice.doctor.remote import check_remote_llm
 from wyoming_pivoice.engines.remote_llm import RemoteLlmSettings
@@ -38,7 +38,7 @@ from .helpers import (
     turn_event,
     wait_until,
 )
-from .llama_server import DISCONNECTED, GENERATED, MODEL_ALIAS, LlamaServer
+from .llama_server import DISCONNECTED, GENERATED, MODEL_ALIAS, LlamaServer, started
 
 CHAT = "POST /v1/chat/completions"
 # SmolLM2 writes all the tokens --max-tokens allows for this (64: about 3 s here), far more
@@ -49,12 +49,8 @@ MAX_TOKENS = 64
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    server = LlamaServer(tmp_path_factory.mktemp("engine") / "llama_server.log")
-    server.start()
-    try:
+    with started(tmp_path_factory.mktemp("engine")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

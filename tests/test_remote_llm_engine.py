@@ -30,7 +30,7 @@ from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
 
 from .helpers import in_process_server, read_until, turn_event
-from .llama_server import LlamaServer
+from .llama_server import LlamaServer, started
 
 LONG = "Write a long story about a dragon who lives in a castle."
 
@@ -44,12 +44,8 @@ def remote_slot(services: Services) -> RemoteLlmSlot:
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    server = LlamaServer(tmp_path_factory.mktemp("engine") / "llama_server.log", interrupt=True)
-    server.start()
-    try:
+    with started(tmp_path_factory.mktemp("engine"), interrupt=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def services_for(engine: LlamaServer, max_tokens: int = 24) -> Services:

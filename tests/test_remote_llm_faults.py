@@ -22,8 +22,10 @@ from wyoming_pivoice.engines.llm import LlmSettings
 from wyoming_pivoice.engines.remote_llm import RemoteChat, RemoteLlmError, RemoteLlmSettings
 from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
+from wyoming_pivoice.wire.errors import ErrorCode
 
 from .helpers import free_port, in_process_server
+from .http_stand_in import read_request
 
 TIMEOUT = 1.0  # --llm-timeout of these tests
 
@@ -76,12 +78,7 @@ class StandInEngine:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.decode().split("\r\n"):
-                    if line.lower().startswith("content-length:"):
-                        length = int(line.split(":", 1)[1])
-                await reader.readexactly(length)
+                head, _ = await read_request(reader)
                 if head.startswith(b"GET"):
                     status, kind, body = "200 OK", "application/json", MODELS
                 else:
@@ -142,7 +139,9 @@ async def test_each_fault_is_a_clear_error(stand_in: StandInEngine, reply: str, 
         await reply_of(remote)
     assert says in str(caught.value) and stand_in.url in str(caught.value)
     assert not caught.value.started  # nothing was said: a fallback may answer
-    assert time.monotonic() - start < TIMEOUT + 2
+    # Bounded by the one timeout (the silent engine's); the slack is the loaded machine's
+    # (an HTTP 500 took over 3 s at load 23 on 2 cores).
+    assert time.monotonic() - start < TIMEOUT + 10
     stand_in.reply = "good"
     assert await reply_of(remote) == "Hello there."  # the next turn works
 
@@ -154,9 +153,10 @@ async def test_nobody_listening_is_unreachable_at_once() -> None:
 
 
 async def test_a_fault_answers_home_assistant_in_band_then_the_connection_goes_on(
-    stand_in: StandInEngine,
+    stand_in: StandInEngine, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """HA ignores `error`: the failed turn answers `not-handled` first, so HA stops waiting."""
+    """HA ignores `error`: the failed turn answers `not-handled` first, so HA stops waiting.
+    The engine's fault is not our bug: its code says so and the log has one line, no trace."""
     remote = RemoteLlmSettings(url=stand_in.url, timeout=TIMEOUT)
     services = Services.from_settings(ServerSettings(remote_llm=remote))
     try:
@@ -169,6 +169,10 @@ async def test_a_fault_answers_home_assistant_in_band_then_the_connection_goes_o
                 types += more
             assert types[0] == "handled-start" and sorted(types[1:]) == ["error", "not-handled"]
             assert "sent nothing" in last.data["text"]
+            assert last.data["code"] == ErrorCode.UNAVAILABLE
+            faults = [r for r in caplog.records if "sent nothing" in r.getMessage()]
+            assert faults and all(r.exc_info is None for r in faults)
+            assert not [r for r in caplog.records if "request failed" in r.getMessage()]
             # A streaming client's end may follow; then nothing more (the pong is next).
             await client.write_event(Event("ping", {}))
             more, _ = await _until(client, "pong")

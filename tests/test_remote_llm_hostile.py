@@ -34,6 +34,7 @@ from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
 
 from .helpers import in_process_server, read_until, turn_event
+from .http_stand_in import read_request
 
 TIMEOUT = 1.0  # --llm-timeout of these tests
 MAX_TOKENS = 16
@@ -91,12 +92,7 @@ class HostileEngine:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.decode().split("\r\n"):
-                    if line.lower().startswith("content-length:"):
-                        length = int(line.split(":", 1)[1])
-                body = await reader.readexactly(length)
+                head, body = await read_request(reader)
                 if head.startswith(b"GET"):
                     await self._send(writer, "application/json", self.models)
                 elif b"/chat/completions" in head:

@@ -8,9 +8,9 @@ import wave
 import numpy as np
 import pytest
 
+from pivoice_lab.room.acoustics import RATE, EchoPath, NoiseFloor, RoomAcoustics
+from pivoice_lab.room.simulator import Room, Say
 from tests.helpers import make_speech
-from wyoming_pivoice.room.acoustics import RATE, EchoPath, NoiseFloor, RoomAcoustics
-from wyoming_pivoice.room.simulator import Room, Say
 
 
 def _dbfs(x: np.ndarray) -> float:

@@ -20,7 +20,7 @@ SERVER_ONLY = (
     "wyoming_pivoice.engines.asr",
     "wyoming_pivoice.engines.llm",
     "wyoming_pivoice.engines.tts",
-    "wyoming_pivoice.bench",
+    "pivoice_lab",
 )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from wyoming.audio import AudioFormat
 
-from wyoming_pivoice.satellite.audio_out import NullSink
+from wyoming_pivoice.audio.speaker import NullSink
 from wyoming_pivoice.satellite.endpoint import EndpointEvent, EndpointKind
 from wyoming_pivoice.satellite.pipeline import Player, Stages, Turns
 from wyoming_pivoice.satellite.settings import SatelliteSettings

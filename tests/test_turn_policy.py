@@ -29,10 +29,13 @@ def test_silence_and_voice_with_nothing_playing() -> None:
     assert decide(Evidence(0.9), POLICY.min_speech_frames - 1, POLICY) is Decision.START
 
 
-def test_a_headset_barges_in_as_fast_as_speech_starts_in_silence() -> None:
+def test_a_headset_barges_in_a_frame_sooner_than_speech_starts_in_silence() -> None:
     headset = Evidence(0.9, True, coupling_db=-60.0, residual_db=-30, expected_residual_db=-30)
     assert decide(headset, 0, POLICY) is Decision.WAIT
-    assert decide(headset, POLICY.min_speech_frames - 1, POLICY) is Decision.INTERRUPT
+    assert decide(headset, POLICY.min_speech_frames - 3, POLICY) is Decision.WAIT
+    assert decide(headset, POLICY.min_speech_frames - 2, POLICY) is Decision.INTERRUPT
+    # Nothing playing: the full 150 ms, as before.
+    assert decide(Evidence(0.9), POLICY.min_speech_frames - 2, POLICY) is Decision.WAIT
 
 
 def test_what_the_echo_leaves_starts_nothing() -> None:

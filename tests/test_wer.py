@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wyoming_pivoice.bench import corpus, wer
+from pivoice_lab.bench import corpus, wer
 
 
 def test_normaliser_treats_spelled_and_written_numbers_alike() -> None:
@@ -53,7 +53,7 @@ def test_household_corpus_has_many_voices_and_a_real_person() -> None:
 def test_bench_wer_section_scores_every_path_and_renders() -> None:
     import argparse
 
-    from wyoming_pivoice.bench.cli import add_parser, options_from_args
+    from pivoice_lab.bench.cli import add_parser, options_from_args
 
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())

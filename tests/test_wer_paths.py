@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from wyoming_pivoice.bench import corpus, wer
+from pivoice_lab.bench import corpus, wer
 from wyoming_pivoice.engines.asr import AsrSettings, WhisperAsr
 from wyoming_pivoice.satellite.settings import VadSettings
 

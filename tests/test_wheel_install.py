@@ -8,6 +8,7 @@ same version, same flags), so this takes about a minute, not a compile.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,9 +21,9 @@ import pytest
 from wyoming.event import Event
 from wyoming.info import Describe, Info
 
+from pivoice_lab.bench.servers import stop
+from pivoice_lab.ports import free_port, wait_for_port
 from wyoming_pivoice import __version__
-from wyoming_pivoice.bench.servers import stop
-from wyoming_pivoice.ports import free_port, wait_for_port
 
 from .helpers import (
     CONSTRAINTS,
@@ -77,6 +78,10 @@ def test_sdist_and_wheel_hold_the_package(dist: Path) -> None:
         names = set(wheel.namelist())
         metadata = wheel.read(f"{NAME}.dist-info/METADATA").decode()
     assert sources - names == set()
+    # The lab (bench, room, ports) is its own distribution, never on a Pi nor in the image.
+    lab = [n for n in names if n.startswith("pivoice_lab/") or n.split("/")[1:2] in (
+        ["bench"], ["room"], ["ports.py"])]  # fmt: skip
+    assert lab == []
     assert f"{NAME}.dist-info/entry_points.txt" in names
     assert "License-Expression: MIT" in metadata
     assert f"Version: {__version__}" in metadata
@@ -133,6 +138,28 @@ async def test_installed_server_describes_itself_and_answers_a_turn(
     audio = b"".join(e.payload or b"" for e in replies if e.type == "audio-chunk")
     start = next(e for e in replies if e.type == "audio-start").data
     assert len(audio) / (start["rate"] * start["width"] * start["channels"]) > 0.2
+
+
+def test_without_the_lab_bench_says_what_to_install_and_doctor_runs(
+    venv: Path, tmp_path: Path
+) -> None:
+    """The runtime as a Pi has it: `bench` is one line saying where it is, not a traceback;
+    `doctor` needs nothing of the lab."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    bench = subprocess.run(
+        [venv / "bin" / "wyoming-pivoice", "bench", "--rounds", "1"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert bench.returncode == 2
+    assert bench.stderr.count("\n") == 1, bench.stderr
+    assert "lab" in bench.stderr and "script/setup" in bench.stderr
+    doctor = subprocess.run(
+        [venv / "bin" / "wyoming-pivoice", "doctor", "--no-audio", "--json"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert doctor.returncode in (0, 1), doctor.stderr  # 1: a check failed on this machine
+    checks = {c["check"] for c in json.loads(doctor.stdout)["checks"]}
+    assert {"cpu-governor", "llm-cpu"} <= checks
 
 
 def test_the_image_healthcheck_passes_against_the_installed_server(installed_server: int) -> None:

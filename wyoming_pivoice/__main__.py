@@ -1,4 +1,4 @@
-"""`wyoming-pivoice`: server | satellite | bench | doctor."""
+"""`wyoming-pivoice`: server | satellite | doctor | addon-args (and the lab's bench)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import importlib
 import logging
 import sys
+from importlib import metadata
 from typing import Any, NoReturn
 
 from . import __version__
@@ -15,8 +16,16 @@ from . import __version__
 _SUBCOMMANDS = {
     "server": "wyoming_pivoice.server.cli",
     "satellite": "wyoming_pivoice.satellite.cli",
-    "bench": "wyoming_pivoice.bench.cli",
     "doctor": "wyoming_pivoice.doctor.cli",
+    "addon-args": "wyoming_pivoice.addon",
+}
+# Subcommands of other distributions: the lab (lab/pyproject.toml) registers `bench` here, so
+# the runtime names no lab module and runs without it (a Pi, the add-on image).
+PLUGIN_GROUP = "wyoming_pivoice.subcommands"
+# Named even when not installed, so asking for one says what to install instead of argparse's
+# "invalid choice".
+_PLUGINS_EXPECTED = {
+    "bench": "the lab, not installed here: in a checkout, script/setup (pip install -e ./lab)"
 }
 
 
@@ -54,6 +63,19 @@ def _add_logging(parser: argparse.ArgumentParser, default: Any) -> None:
     )
 
 
+def _plugins() -> dict[str, str]:
+    """Installed subcommands of other distributions: name → module with `add_parser`."""
+    return {ep.name: ep.value for ep in metadata.entry_points(group=PLUGIN_GROUP)}
+
+
+class MissingSubcommand(Exception):
+    """A subcommand of a distribution that is not installed; the message says which."""
+
+
+def _missing(name: str) -> None:
+    raise MissingSubcommand(f"`{name}` needs {_PLUGINS_EXPECTED[name]}")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole CLI, or (`command`) that subcommand's parser and bare names for the rest."""
     parser = _Parser(
@@ -62,11 +84,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=__version__)
     _add_logging(parser, "INFO")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for name, module_name in _SUBCOMMANDS.items():
+    # The entry-point scan costs ~10 ms: only when a plugin (or the whole CLI) is asked for.
+    plugins = _plugins() if command is None or command not in _SUBCOMMANDS else {}
+    if command in _PLUGINS_EXPECTED and command not in plugins:
+        _missing(command)
+    for name, module_name in {**_SUBCOMMANDS, **plugins}.items():
         if command in (None, name):
             importlib.import_module(module_name).add_parser(subparsers)
         else:
             subparsers.add_parser(name)
+    for name in _PLUGINS_EXPECTED.keys() - plugins.keys() - _SUBCOMMANDS.keys():
+        subparsers.add_parser(name, help=f"(needs {_PLUGINS_EXPECTED[name]})")
     for subparser in subparsers.choices.values():
         _add_logging(subparser, None)
     return parser
@@ -74,13 +102,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def _command(argv: list[str]) -> str | None:
     """The subcommand named on the command line (the first word that is one), if any."""
-    return next((arg for arg in argv if arg in _SUBCOMMANDS), None)
+    known = _SUBCOMMANDS.keys() | _PLUGINS_EXPECTED.keys()
+    return next((arg for arg in argv if arg in known), None)
 
 
 def run(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    args = build_parser(_command(argv)).parse_args(argv)
+    try:
+        args = build_parser(_command(argv)).parse_args(argv)
+    except MissingSubcommand as err:
+        print(f"wyoming-pivoice: {err}", file=sys.stderr)
+        return 2
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level="DEBUG" if args.debug else args.log_level, handlers=[handler])

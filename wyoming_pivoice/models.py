@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .options import opt
+
 _LOGGER = logging.getLogger(__name__)
 
 
@@ -78,10 +80,24 @@ class ModelStore:
     faster-whisper fetched there before.
     """
 
-    data_dir: str = ""  # "": $XDG_DATA_HOME/wyoming-pivoice (the add-on passes /data)
+    data_dir: str = opt(  # "": $XDG_DATA_HOME/wyoming-pivoice (the add-on passes /data)
+        "",
+        "--data-dir",
+        env="PIVOICE_DATA_DIR",
+        help="where models given by name are downloaded to, once ($PIVOICE_DATA_DIR; "
+        "else $XDG_DATA_HOME/wyoming-pivoice; the add-on: /data)",
+    )
     # A model that cannot be downloaded (offline, no such file, a bad checksum): start with
     # that stage's embedded model instead of failing, with a warning.
-    fallback_embedded: bool = False
+    fallback_embedded: bool = opt(
+        False,
+        "--model-fallback",
+        choices=("none", "embedded"),
+        cli_default="none",
+        convert=lambda choice: choice == "embedded",
+        help="embedded: a model that cannot be downloaded (offline …) is replaced by that "
+        "stage's embedded model, with a warning, instead of failing the start",
+    )
 
     @property
     def root(self) -> Path:

@@ -10,7 +10,6 @@ satellite and the Home Assistant satellite.
 - `advertise`/`withdraw`: the zeroconf advert of a TCP endpoint, as its settings say.
 - `StartupError`: a mistake in the options or the machine (a port in use, a model that will
   not load) ends the start with one ERROR line that says what to do, never a traceback.
-- `server_uri`/`client_uri`: argparse types, so a URI without its scheme is refused at once.
 
 Each signal or advert is bound to the endpoint when it is ready for it: a server listens
 before it loads models (HA's `describe` gets an answer), the Home Assistant satellite is
@@ -19,7 +18,6 @@ advertised once its VAD has loaded.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import errno
@@ -131,36 +129,6 @@ class StartupError(Exception):
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
-
-
-def _uri(value: str, schemes: tuple[str, ...], example: str) -> str:
-    parsed = urlparse(value)
-    if parsed.scheme not in schemes:
-        hint = f"tcp://{value}" if ":" in value and "://" not in value else example
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a Wyoming URI ({', '.join(s + '://' for s in schemes)}): "
-            f"write e.g. {hint}"
-        )
-    if parsed.scheme == "tcp":
-        try:
-            port = parsed.port
-        except ValueError:
-            port = None
-        if not parsed.hostname or port is None:
-            raise argparse.ArgumentTypeError(f"{value!r} needs a host and a port, e.g. {example}")
-    if parsed.scheme == "unix" and not (parsed.netloc + parsed.path):
-        raise argparse.ArgumentTypeError(f"{value!r} needs a path, e.g. unix:///run/pivoice.sock")
-    return value
-
-
-def server_uri(value: str) -> str:
-    """argparse type of a --uri to listen on: tcp://HOST:PORT, unix://PATH or stdio://."""
-    return _uri(value, ("tcp", "unix", "stdio"), "tcp://0.0.0.0:10800")
-
-
-def client_uri(value: str) -> str:
-    """argparse type of a server to connect to: tcp://HOST:PORT or unix://PATH."""
-    return _uri(value, ("tcp", "unix"), "tcp://127.0.0.1:10800")
 
 
 async def listen(server: AsyncServer, factory: Any, uri: str) -> None:

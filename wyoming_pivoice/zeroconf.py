@@ -13,6 +13,8 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .options import opt
+
 if TYPE_CHECKING:  # the library loads when something is advertised, not with the settings
     from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
@@ -24,9 +26,13 @@ _MDNS_GROUP = "224.0.0.251"
 
 @dataclass(frozen=True)
 class ZeroconfSettings:
-    enabled: bool = True
-    name: str | None = None  # default: derived from the host name
-    host: str | None = None  # address to advertise; default: detected
+    enabled: bool = opt(True, "--no-zeroconf", help="do not advertise over mDNS")
+    name: str | None = opt(  # default: derived from the host name (default_name)
+        None,
+        "--zeroconf-name",
+        help="default: pivoice-<hostname> (a satellite: pivoice-<hostname>-satellite)",
+    )
+    host: str | None = opt(None, "--zeroconf-host", help="address to advertise; default: detected")
 
 
 def default_name(role: str) -> str:

@@ -12,13 +12,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..audio.format import RATE
 from .base import Check, Finding, Status
 
 DEVICES = Check("audio-devices", "the microphones and speakers PortAudio sees")
 CAPTURE = Check("capture-16k", "whether the microphone opens 16 kHz mono")
 ECHO = Check("echo-cancellation", "whether WebRTC's echo canceller loads")
 
-CAPTURE_RATE = 16000
+CAPTURE_RATE = RATE
 CAPTURE_FIX = (
     "capture through ALSA's plug layer or the sound server, e.g. "
     "--mic-command 'arecord -D plughw:CARD=X,DEV=0 -r 16000 -c 1 -f S16_LE -t raw'"
@@ -196,7 +197,7 @@ class EchoChoice:
 def probe_echo_canceller() -> str | None:
     """None when WebRTC's AEC3 loads here and cancels a frame; else why not."""
     try:
-        from ..satellite.echo import EchoCanceller
+        from ..audio.echo import EchoCanceller
         from ..satellite.settings import EchoSettings
 
         canceller = EchoCanceller(EchoSettings())

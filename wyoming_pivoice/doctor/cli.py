@@ -12,9 +12,11 @@ import json
 import sys
 from pathlib import Path
 
+from .. import options
 from ..engines.remote_llm import RemoteLlmSettings
-from ..models import EMBEDDED
+from ..satellite.settings import SatelliteSettings
 from ..server.knowledge import KnowledgeSettings, default_index
+from ..settings import ServerSettings
 from .audio import EchoChoice, probe_pyaudio
 from .base import Finding, Machine, Status
 from .models import ModelChoice
@@ -35,23 +37,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--root", type=Path, default=Path("/"), help="read sys/ and proc/ under this folder"
     )
     parser.add_argument("--no-audio", action="store_true", help="skip asking PortAudio")
-    satellite = parser.add_argument_group("the satellite's options to check")
-    satellite.add_argument("--no-aec", action="store_true")
-    satellite.add_argument("--no-barge-in", action="store_true")
-    models = parser.add_argument_group("the models to check (the server's options)")
-    models.add_argument("--asr-model", default=EMBEDDED)
-    models.add_argument("--voice", default=EMBEDDED)
-    models.add_argument("--voice-dir", action="append", default=[])
-    models.add_argument("--llm-model", default=EMBEDDED)
-    models.add_argument("--data-dir", default="", help="where the server downloads models to")
-    remote = parser.add_argument_group("the remote LLM engine, if the server uses one")
-    remote.add_argument("--llm-url", default=None)
-    remote.add_argument("--llm-api-key", default=None, help="else $PIVOICE_LLM_API_KEY")
-    remote.add_argument("--llm-remote-model", default=None)
-    remote.add_argument("--llm-timeout", type=float, default=RemoteLlmSettings.timeout)
-    notes = parser.add_argument_group("local knowledge, if the server uses it")
-    notes.add_argument("--knowledge", type=Path, default=None, metavar="DIR")
-    notes.add_argument("--knowledge-index", type=Path, default=None, metavar="PATH")
+    # The same flags as the server's and the satellite's, made from the same fields.
+    checked = (
+        ("the satellite's options to check", SatelliteSettings, ("--no-aec", "--no-barge-in")),
+        (
+            "the models to check (the server's options)",
+            ServerSettings,
+            ("--asr-model", "--voice", "--voice-dir", "--llm-model", "--data-dir"),
+        ),
+        (
+            "the remote LLM engine, if the server uses one",
+            RemoteLlmSettings,
+            ("--llm-url", "--llm-api-key", "--llm-remote-model", "--llm-timeout"),
+        ),
+        (
+            "local knowledge, if the server uses it",
+            KnowledgeSettings,
+            ("--knowledge", "--knowledge-index"),
+        ),
+    )
+    for title, settings, flags in checked:
+        options.add_arguments(parser, settings, only=flags, group=title)
     parser.set_defaults(func=run)
 
 

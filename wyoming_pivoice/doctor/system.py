@@ -502,7 +502,7 @@ def probe_priority() -> PriorityLimits:
 
 
 def check_audio_priority(limits: PriorityLimits) -> Finding:
-    from ..realtime import AUDIO_NICE, AUDIO_RT_PRIORITY
+    from ..audio.pacing import AUDIO_NICE, AUDIO_RT_PRIORITY
 
     # Server and satellite on one Pi: llama.cpp, CTranslate2 and Piper each take every core
     # by default; the audio threads (mic, echo canceller, VAD, speaker) must not wait behind

@@ -10,24 +10,46 @@ from pathlib import Path
 
 import numpy as np
 
+from ..catalogue import names
 from ..models import ModelStore, cached_whisper, resolve_whisper, whisper_name
+from ..options import Addon, opt
 from .protocols import EngineDescription
 from .whisper_window import FULL_WINDOW_S, TIGHT_TAIL_S, encoder_window, fitted_frames
 
 
 @dataclass(frozen=True)
 class AsrSettings:
-    model: str = "embedded"
-    compute_type: str = "int8"
-    beam_size: int = 1
-    language: str | None = "en"
-    initial_prompt: str | None = None
-    threads: int = 0  # 0: CTranslate2 picks
+    model: str = opt(
+        "embedded",
+        "--asr-model",
+        help="'embedded' (Whisper tiny.en), a CTranslate2 model folder, or a faster-whisper "
+        f"name ({', '.join(names('asr'))} …), downloaded once",
+        addon=Addon("str"),
+    )
+    compute_type: str = opt("int8", "--asr-compute-type", help="int8, int8_float32, float32 …")
+    beam_size: int = opt(1, "--asr-beam-size", addon=Addon("int(1,10)"))
+    language: str | None = opt(
+        "en",
+        "--asr-language",
+        help="language code, or 'auto' (default: --language, en)",
+        cli_default=None,  # not given: the server's --language (server/cli.py)
+        addon=Addon("str", default="en"),
+    )
+    initial_prompt: str | None = opt(None, "--asr-initial-prompt")
+    threads: int = opt(
+        0, "--asr-threads", help="0: CTranslate2's default", addon=Addon("int(0,64)?")
+    )
     without_timestamps: bool = True  # for audio cut tightly (the fitted window) only
     # Shortest encoder window in seconds for audio cut tightly after the speech; the window
     # fits the utterance above it, and audio that ends in silence gets Whisper's fixed 30 s
     # (see whisper_window). 30: always Whisper's window.
-    window_s: float = 10.0
+    window_s: float = opt(
+        10.0,
+        "--asr-window",
+        help="shortest Whisper encoder window in seconds; it grows to fit longer speech. "
+        "30: Whisper's fixed window (≈ 3× slower on short commands)",
+        addon=Addon("float(1,30)?"),
+    )
     engine: str = "faster-whisper"  # its name in engines/registry.py
     store: ModelStore = field(default_factory=ModelStore)  # where named models download to
     # Audio whose quiet tail is longer than this is not cut tightly: Whisper's 30 s window

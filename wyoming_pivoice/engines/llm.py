@@ -9,8 +9,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..catalogue import SYSTEM_PROMPTS
+from ..catalogue import SYSTEM_PROMPTS, names
 from ..models import ModelStore, llm_name, resolve_llm
+from ..options import Addon, opt
 from .protocols import EngineDescription, Message, TokenCounter
 
 # conversation.py's older name for what it fits a prompt with (engines/protocols.py).
@@ -19,15 +20,34 @@ ChatEngine = TokenCounter
 
 @dataclass(frozen=True)
 class LlmSettings:
-    model: str = "embedded"
-    threads: int = 0  # 0: all cores
-    context: int = 2048
-    max_tokens: int = 256
+    model: str = opt(
+        "embedded",
+        "--llm-model",
+        help="'embedded' (SmolLM2-135M-Instruct Q4_1), a path to a .gguf file, a catalogue "
+        f"name ({', '.join(names('llm'))}) or owner/repo:file.gguf on Hugging Face, "
+        "downloaded once",
+        addon=Addon("str"),
+    )
+    threads: int = opt(0, "--llm-threads", help="0: all cores", addon=Addon("int(0,64)?"))
+    context: int = opt(2048, "--llm-context", addon=Addon("int(256,131072)"))
+    max_tokens: int = opt(256, "--max-tokens", help="cap on one reply", addon=Addon("int(8,4096)"))
     temperature: float = 0.2
-    system_prompt: str = SYSTEM_PROMPTS["en"]
+    system_prompt: str = opt(
+        SYSTEM_PROMPTS["en"],
+        "--system-prompt",
+        help="default: a short-answers prompt in --language",
+        cli_default=None,  # not given: the prompt in --language (server/cli.py)
+        addon=Addon("str"),
+    )
     engine: str = "llama.cpp"  # its name in engines/registry.py
     store: ModelStore = field(default_factory=ModelStore)  # where named models download to
-    languages: tuple[str, ...] = ("en",)  # what it is asked to answer in (--language)
+    languages: tuple[str, ...] = opt(  # what it is asked to answer in
+        ("en",),
+        "--llm-language",
+        append=True,
+        cli_default=None,  # not given: the server's --language (server/cli.py)
+        help="language the model answers in (repeatable; default: --language, en)",
+    )
 
 
 # ChatML, for a GGUF without a chat template of its own.

@@ -23,6 +23,12 @@ import numpy as np
 Message = dict[str, str]  # {"role": ..., "content": ...}
 
 
+class EngineUnavailable(Exception):
+    """An engine could not answer for a reason outside this program (a remote engine down,
+    slow or refusing): the text says why in one line. The server answers the request and
+    logs that line; anything else an engine raises is a bug and is logged with its trace."""
+
+
 @dataclass(frozen=True)
 class EngineDescription:
     """What an engine serves, as Home Assistant's `info` shows it (assembled in server/info.py)."""

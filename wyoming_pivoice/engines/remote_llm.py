@@ -39,8 +39,10 @@ from typing import TYPE_CHECKING, Any, cast
 import httpx2
 
 from .. import realtime
+from ..options import Addon, opt
 from . import control
 from .llm import LlmSettings, Message
+from .protocols import EngineUnavailable
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI, AsyncStream
@@ -80,16 +82,52 @@ QUEUEING_CONCURRENCY = 4
 
 @dataclass(frozen=True)
 class RemoteLlmSettings:
-    url: str  # the API base, e.g. http://192.168.1.20:8080/v1
-    api_key: str | None = None
-    model: str | None = None  # None: the first model the engine lists
-    timeout: float = 15.0  # connect, first piece, and progress between pieces
-    fallback: str = "none"  # "local": the local model answers while the remote cannot
-    turn_timeout: float = 120.0  # a whole reply, from asking to its last piece
-    concurrency: int = 0  # turns at once on the engine; 0: from what the engine is
+    url: str = opt(  # the API base; required: server/cli.py builds these only with it
+        flag="--llm-url",
+        help="API base of the engine, e.g. http://192.168.1.20:8080/v1; the conversation runs "
+        "there (ASR and TTS stay here)",
+        addon=Addon("url?"),
+    )
+    api_key: str | None = opt(  # the add-on passes it by environment, not on the command line
+        None,
+        "--llm-api-key",
+        help="its API key, if it wants one; else $PIVOICE_LLM_API_KEY (which keeps the key "
+        "out of the process list)",
+    )
+    model: str | None = opt(  # None: the first model the engine lists
+        None,
+        "--llm-remote-model",
+        help="model to ask for; default: the first it lists",
+        addon=Addon("str?"),
+    )
+    timeout: float = opt(  # connect, first piece, and progress between pieces
+        15.0,
+        "--llm-timeout",
+        help="seconds to connect, to the first piece of a reply, and between pieces with text",
+    )
+    fallback: str = opt(  # "local": the local model answers while the remote cannot
+        "none",
+        "--llm-fallback",
+        choices=FALLBACKS,
+        help="local: the local model (--llm-model) answers while the engine cannot",
+        addon=Addon(f"list({'|'.join(FALLBACKS)})?"),
+    )
+    turn_timeout: float = opt(  # a whole reply, from asking to its last piece
+        120.0,
+        "--llm-turn-timeout",
+        help="seconds for a whole reply (a started one ends there, as at --max-tokens)",
+        addon=Addon("float(1,3600)?"),
+    )
+    concurrency: int = opt(  # turns at once on the engine; 0: from what the engine is
+        0,
+        "--llm-concurrency",
+        help="turns sent to the engine at once; 0: from the engine (1 for llama-cpp-python's "
+        "server, which ends a running reply when a new request comes; llama-server's slots)",
+        addon=Addon("int(0,64)?"),
+    )
 
 
-class RemoteLlmError(Exception):
+class RemoteLlmError(EngineUnavailable):
     """A turn the remote engine did not answer; the text says why, for the error event."""
 
     def __init__(

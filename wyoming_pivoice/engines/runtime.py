@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar, cast
 
 from .. import compute_log
@@ -23,6 +25,28 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _DONE = object()
+
+# The models run below the audio. A satellite on the same Pi (microphone, echo canceller and
+# VAD at nice 0, -10 or real-time) must get the core it asks for while a reply decodes, or its
+# echo reference slides (issue #20). Raising one's own nice value is always permitted, so this
+# holds for any user, where real-time priority for the satellite often is not. The threads a
+# model library starts (llama.cpp's, CTranslate2's, onnxruntime's pools) inherit it from the
+# worker thread that loads or calls the model; the event loop stays at 0, so `describe` is
+# answered at once. CFS weights nice 0 : 5 as 1024 : 335, about 3 : 1.
+INFERENCE_NICE = 5
+
+
+def lower_priority() -> None:
+    """Run the calling thread, and the threads it starts, at INFERENCE_NICE (never higher)."""
+    tid = threading.get_native_id()
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no getpriority here
+        if os.getpriority(os.PRIO_PROCESS, tid) < INFERENCE_NICE:
+            os.setpriority(os.PRIO_PROCESS, tid, INFERENCE_NICE)
+
+
+def model_executor() -> ThreadPoolExecutor:
+    """The server's default executor: every model load and call runs on it, below the audio."""
+    return ThreadPoolExecutor(thread_name_prefix="model", initializer=lower_priority)
 
 
 class ModelSlot(Generic[T]):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..memory import ShrinkingSession, trim
 from ..models import ModelStore, cached_voice, local_voice, resolve_voice
+from ..options import Addon, opt
 from .protocols import EngineDescription
 
 # One inference speaks at most this many phonemes: about 12 s of speech at the embedded
@@ -28,13 +29,37 @@ _CLAUSE_PHONEMES = set(",;:")
 
 @dataclass(frozen=True)
 class TtsSettings:
-    voice: str = "embedded"
-    speaker: str | None = None  # a name from the voice's speaker map, or an id
-    length_scale: float | None = None
-    voice_dirs: tuple[str, ...] = ()
+    voice: str = opt(
+        "embedded",
+        "--voice",
+        help="'embedded' (en_US-joe-medium), a path to an .onnx voice, or a Piper voice name "
+        "(zh_CN-huayan-medium …, rhasspy/piper-voices), downloaded once",
+        addon=Addon("str"),
+    )
+    speaker: str | None = opt(  # a name from the voice's speaker map, or an id
+        None,
+        "--tts-speaker",
+        help="speaker name or id of a multi-speaker voice",
+        addon=Addon("str?"),
+    )
+    length_scale: float | None = opt(
+        None,
+        "--tts-length-scale",
+        type=float,
+        help="< 1 speaks faster",
+        addon=Addon("float(0.2,4.0)?"),
+    )
+    voice_dirs: tuple[str, ...] = opt(
+        (), "--voice-dir", append=True, help="folder to look for voices by name in (repeatable)"
+    )
     # Keep onnxruntime's memory arena between runs: ≈ 13 % faster synthesis, but the
     # process grows by hundreds of MiB over varied sentences (see memory.py).
-    keep_arena: bool = False
+    keep_arena: bool = opt(
+        False,
+        "--tts-keep-arena",
+        help="keep onnxruntime's memory arena between sentences: ≈ 13%% faster, "
+        "but the server grows by hundreds of MiB over time",
+    )
     engine: str = "piper"  # its name in engines/registry.py
     store: ModelStore = field(default_factory=ModelStore)  # where named voices download to
 

@@ -17,51 +17,18 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from enum import Enum
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
 
-from .audio_in import CHUNK_BYTES, CHUNK_SECONDS
+from ..audio.format import CHUNK_BYTES, CHUNK_SECONDS
+from .protocols import EndpointEvent, EndpointKind, Hearing
 from .settings import VadSettings
 from .turn_policy import Decision, Evidence, TurnPolicy, decide
 
 FRAME_MS = CHUNK_SECONDS * 1000  # 32 ms
 HYSTERESIS = 0.15  # speech continues until the probability drops this far below the threshold
-
-
-class Hearing(str, Enum):
-    """What else the microphone may hear besides the user (the echo canceller knows)."""
-
-    CLEAR = "clear"  # nothing plays: speech starts at the threshold
-    ECHO = "echo"  # a reply or its tail: what is left of its echo must not start speech
-    # Kept for old callers: with continuous playout no reply settles anew (read as ECHO).
-    SETTLING = "settling"
-
-
-class EndpointKind(str, Enum):
-    SPEECH_STARTED = "speech-started"  # audio: the pre-speech audio and the speech so far
-    SPECULATE = "speculate"  # audio: what ENDPOINT will carry if no speech follows
-    SPEECH_RESUMED = "speech-resumed"  # after SPECULATE: the speculation is void
-    ENDPOINT = "endpoint"  # audio: pre-speech + speech + trailing pad
-
-
-@dataclass(frozen=True)
-class EndpointEvent:
-    kind: EndpointKind
-    time: float  # monotonic time of the frame that caused the event
-    speech_start: float  # time of the utterance's first voiced frame
-    last_voiced: float  # time of its latest voiced frame
-    audio: bytes = b""
-    forced: bool = False  # ENDPOINT because the utterance reached max_speech_s
-    # SPEECH_STARTED over a reply (turn_policy.Decision.INTERRUPT): a barge-in; both modes
-    # stop the reply on it and take the utterance as the next request.
-    interrupt: bool = False
-
-    @property
-    def seconds(self) -> float:
-        return len(self.audio) / (2 * 16000)
 
 
 def _frames(ms: float) -> int:

@@ -43,11 +43,11 @@ from wyoming.vad import VoiceStarted, VoiceStopped
 from wyoming.wake import Detect, Detection
 
 from .. import startup
-from ..audio import AudioFormatError, check_format
+from ..audio.format import CHANNELS, CHUNK_BYTES, RATE, WIDTH
+from ..audio.pcm import AudioFormatError, check_format
 from ..timing import TimingLog, TurnClock
 from ..zeroconf import Advertiser, default_name
 from . import state
-from .audio_in import CHANNELS, CHUNK_BYTES, RATE, WIDTH
 from .endpoint import Endpointer, EndpointKind
 from .ha_connection import Connections, HaConnection
 from .ha_follow import Follow, ha_entity_id
@@ -643,9 +643,10 @@ def _read_wav(path: str) -> tuple[bytes, AudioFormat]:
 
 async def serve_ha_satellite(settings: SatelliteSettings) -> int:
     """`wyoming-pivoice satellite --uri …`: runs until the microphone ends or a signal."""
-    from .audio_in import open_source
-    from .audio_out import open_sink
-    from .echo import cancel_echo, open_canceller
+    from ..audio.core import cancel_echo
+    from ..audio.echo import open_canceller
+    from ..audio.mic import open_source
+    from ..audio.speaker import open_sink
 
     if not settings.uri:
         raise ValueError("Home Assistant mode needs --uri")

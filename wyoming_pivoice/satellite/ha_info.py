@@ -14,7 +14,7 @@ from wyoming.info import (
 )
 
 from .. import __version__
-from .audio_in import CHANNELS, RATE, WIDTH
+from ..audio.format import CHANNELS, RATE, WIDTH
 
 TTS_RATE = 22050  # what HA asks its TTS for on Wyoming satellites (_TTS_SAMPLE_RATE)
 ATTRIBUTION = Attribution(name="wyoming-pivoice", url="https://github.com/wyoming-pivoice")

@@ -16,8 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .endpoint import EndpointEvent, EndpointKind
-from .protocols import AudioSource, EndpointDetector, WakeDetector
+from .protocols import AudioSource, EndpointDetector, EndpointEvent, EndpointKind, WakeDetector
 from .state import Timeouts
 
 _LOGGER = logging.getLogger(__name__)

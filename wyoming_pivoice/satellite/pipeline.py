@@ -30,15 +30,24 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from .. import startup
+from ..audio.core import CoreSource, cancel_echo
+from ..audio.echo import EchoCanceller, open_canceller
+from ..audio.mic import open_source
+from ..audio.speaker import open_sink
 from ..text import PhraseSplitter
 from ..timing import TimingLog, TurnClock
-from .audio_in import open_source
-from .audio_out import open_sink
-from .core import CoreSource
-from .echo import EchoCanceller, cancel_echo, open_canceller
-from .endpoint import Endpointer, EndpointEvent, EndpointKind
+from .endpoint import Endpointer
 from .listener import Heard, Listener, WakeWindow
-from .protocols import AudioSink, AudioSource, Responder, Synthesizer, Transcriber, WakeDetector
+from .protocols import (
+    AudioSink,
+    AudioSource,
+    EndpointEvent,
+    EndpointKind,
+    Responder,
+    Synthesizer,
+    Transcriber,
+    WakeDetector,
+)
 from .settings import SatelliteSettings
 from .stages import (
     AudioPiece,

@@ -6,25 +6,83 @@
               └─────────── pipeline.TurnRun ──────────────────────┘        pipeline.Player
 
 The listener is shared by both modes; in Home Assistant mode HA runs the middle of the chain
-(its pipeline) and the satellite keeps the two ends. Implementations: audio_in.py (mics),
-wake.py, endpoint.py, stages.py (the server-facing three), audio_out.py (sinks). All audio
-at the mic end is 16 kHz mono s16le in 512-sample (32 ms) chunks.
+(its pipeline) and the satellite keeps the two ends. Implementations: audio/mic.py (mics),
+wake.py, endpoint.py, stages.py (the server-facing three), audio/speaker.py (sinks). All audio
+at the mic end is audio/format.py's: 16 kHz mono s16le in 512-sample (32 ms) chunks.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
-if TYPE_CHECKING:
-    from wyoming.audio import AudioFormat
+from wyoming.audio import AudioFormat
 
+from ..audio.format import seconds
+
+if TYPE_CHECKING:
     from ..timing import TurnClock
-    from .audio_out import Tap
-    from .endpoint import EndpointEvent, Hearing
-    from .stages import AudioPiece
     from .turn_policy import Evidence
+
+
+# ---- the value types the stages hand each other (implementations import them) -------------
+
+
+class Hearing(str, Enum):
+    """What else the microphone may hear besides the user (the echo canceller knows)."""
+
+    CLEAR = "clear"  # nothing plays: speech starts at the threshold
+    ECHO = "echo"  # a reply or its tail: what is left of its echo must not start speech
+    # Kept for old callers: with continuous playout no reply settles anew (read as ECHO).
+    SETTLING = "settling"
+
+
+class EndpointKind(str, Enum):
+    SPEECH_STARTED = "speech-started"  # audio: the pre-speech audio and the speech so far
+    SPECULATE = "speculate"  # audio: what ENDPOINT will carry if no speech follows
+    SPEECH_RESUMED = "speech-resumed"  # after SPECULATE: the speculation is void
+    ENDPOINT = "endpoint"  # audio: pre-speech + speech + trailing pad
+
+
+@dataclass(frozen=True)
+class EndpointEvent:
+    kind: EndpointKind
+    time: float  # monotonic time of the frame that caused the event
+    speech_start: float  # time of the utterance's first voiced frame
+    last_voiced: float  # time of its latest voiced frame
+    audio: bytes = b""
+    forced: bool = False  # ENDPOINT because the utterance reached max_speech_s
+    # SPEECH_STARTED over a reply (turn_policy.Decision.INTERRUPT): a barge-in; both modes
+    # stop the reply on it and take the utterance as the next request.
+    interrupt: bool = False
+
+    @property
+    def seconds(self) -> float:
+        return seconds(len(self.audio))
+
+
+@dataclass(frozen=True)
+class AudioPiece:
+    """Audio of a reply, as the synthesizer hands it to the speaker."""
+
+    pcm: bytes
+    fmt: AudioFormat
+
+
+class Tap(Protocol):
+    """Who hears of what a sink plays (the echo canceller's reference)."""
+
+    def reference(self, pcm: bytes, fmt: AudioFormat, due: float) -> None:
+        """`pcm` is due to start playing at monotonic time `due`."""
+
+    def cut(self, at: float) -> None:
+        """Nothing handed over plays after monotonic time `at` (a stop)."""
+
+
+# ---- the stages ---------------------------------------------------------------------------
 
 
 class AudioSource(Protocol):

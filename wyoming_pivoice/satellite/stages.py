@@ -14,10 +14,9 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 from wyoming.asr import Transcribe, Transcript
-from wyoming.audio import AudioChunk, AudioFormat, AudioStart, AudioStop
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncClient
 from wyoming.error import Error
 from wyoming.event import Event
@@ -30,9 +29,10 @@ from wyoming.tts import (
     SynthesizeStopped,
 )
 
-from ..audio import plain_format
+from ..audio.pcm import plain_format
 from ..realtime import Backoff
 from ..timing import TurnClock
+from .protocols import AudioPiece
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -41,12 +41,6 @@ ASR_CHUNK_BYTES = 32000  # 1 s of 16 kHz mono s16le per audio-chunk event
 
 class ServerError(RuntimeError):
     """The server refused a request, vanished, or cannot be reached."""
-
-
-@dataclass(frozen=True)
-class AudioPiece:
-    pcm: bytes
-    fmt: AudioFormat
 
 
 class ServerLink:

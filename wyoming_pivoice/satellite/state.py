@@ -32,7 +32,7 @@ from enum import Enum
 
 from wyoming.audio import AudioFormat
 
-from ..audio import bytes_per_second
+from ..audio.pcm import bytes_per_second
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from wyoming.server import AsyncServer, AsyncStdioServer
 
+from ..engines.runtime import model_executor
 from ..models import EMBEDDED, EMBEDDED_WHISPER_NAME, ModelNotFoundError, check_names
 from ..settings import ServerSettings
 from ..startup import StartupError, advertise, how_to_add, listen, stop_on_signals, withdraw
@@ -128,6 +129,7 @@ def _knowledge(settings: ServerSettings) -> KnowledgeBase | None:
 
 async def serve(settings: ServerSettings, ready: asyncio.Event | None = None) -> int:
     sys.setswitchinterval(0.0005)  # the loop gets the GIL back soon from loader threads
+    asyncio.get_running_loop().set_default_executor(model_executor())  # models below the audio
     check_models(settings)
     services = Services.from_settings(settings)
     knowledge = _knowledge(settings)

@@ -26,6 +26,7 @@ from functools import partial
 
 from wyoming.event import Event
 
+from ..engines.protocols import EngineUnavailable
 from ..wire.errors import Closing, ErrorCode
 from ..wire.hardened import HardenedConnection
 from .errors import Owed, RequestError, ending
@@ -283,7 +284,11 @@ class Connection(HardenedConnection):
 
     async def report(self, err: Exception, owed: Owed) -> None:
         """A failed request's `error` event and the end its client waits for."""
-        if not isinstance(err, RequestError):
+        if isinstance(err, EngineUnavailable):
+            # Not our bug: one line says which engine and why; no trace.
+            _LOGGER.warning("%s: %s", self.peer, err)
+            err = RequestError(str(err), ErrorCode.UNAVAILABLE)
+        elif not isinstance(err, RequestError):
             _LOGGER.error("%s: request failed", self.peer, exc_info=err)
             err = RequestError(f"internal error: {err}", ErrorCode.INTERNAL)
         await self._answer(err, owed)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import compute_log
+from ..options import opt
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -45,15 +46,31 @@ SCHEMA_VERSION = "1"
 
 @dataclass(frozen=True)
 class KnowledgeSettings:
-    folder: Path
-    index: Path  # the SQLite database (never inside `folder`)
+    folder: Path = opt(
+        flag="--knowledge",
+        type=Path,
+        metavar="DIR",
+        help="a folder of .txt and .md notes; each turn's prompt gets the passages that match "
+        "its words (docs/knowledge.md). Re-read when files change",
+    )
+    index: Path = opt(  # the SQLite database (never inside `folder`)
+        flag="--knowledge-index",
+        type=Path,
+        metavar="PATH",
+        help="the notes' search index (SQLite); default: "
+        "$XDG_DATA_HOME/wyoming-pivoice/knowledge-<hash of DIR>.sqlite3 (never inside DIR)",
+    )
     max_files: int = 5000
     max_file_bytes: int = 4 * 1024 * 1024
     max_total_bytes: int = 64 * 1024 * 1024
     max_passages: int = 200_000
     max_passage_chars: int = 900
     passages: int = 3  # at most this many per turn
-    max_tokens: int = 320  # at most this many prompt tokens of notes per turn
+    max_tokens: int = opt(  # at most this many prompt tokens of notes per turn
+        320,
+        "--knowledge-tokens",
+        help="most prompt tokens the notes may take in one turn (the local model's count)",
+    )
     # A passage must score at least `min_match` times what one word found in only one
     # passage of the index scores, matched once (FTS5's bm25() is negative, better is lower,
     # and grows with the index's size: the threshold scales with it). Measured on

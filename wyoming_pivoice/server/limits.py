@@ -42,19 +42,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The frame sizes live beside the reader, which the satellite shares without importing the server.
+from ..options import opt
 from ..wire.framing import MAX_DATA_BYTES, MAX_FRAME_BYTES
 
 
 @dataclass(frozen=True)
 class Limits:
-    max_audio_seconds: float = 60.0
-    max_text_chars: int = 4000
-    max_frame_bytes: int = MAX_FRAME_BYTES
+    max_audio_seconds: float = opt(60.0, "--max-audio-seconds")
+    max_text_chars: int = opt(4000, "--max-text-chars")
+    max_frame_bytes: int = opt(MAX_FRAME_BYTES, "--max-frame-bytes")
     max_data_bytes: int = MAX_DATA_BYTES
     max_pending: int = 64
-    max_clients: int = 16
-    max_clients_per_host: int = 12
-    idle_timeout: float = 300.0
-    write_timeout: float = 30.0
-    frame_timeout: float = 30.0
-    request_timeout: float = 120.0
+    max_clients: int = opt(
+        16,
+        "--max-clients",
+        help="connections at once; when full, the longest-idle one without a request goes",
+    )
+    max_clients_per_host: int = opt(12, "--max-clients-per-host")
+    idle_timeout: float = opt(
+        300.0,
+        "--idle-timeout",
+        help="close a connection this long after its last request (ping and describe do not count)",
+    )
+    write_timeout: float = opt(
+        30.0, "--write-timeout", help="drop a client that takes none of its replies for this long"
+    )
+    frame_timeout: float = opt(
+        30.0, "--frame-timeout", help="a frame must be complete this long after its first byte"
+    )
+    request_timeout: float = opt(
+        120.0,
+        "--request-timeout",
+        help="a transcription's audio or a stream's text must be in within this time",
+    )

@@ -16,7 +16,7 @@ import numpy as np
 from wyoming.asr import Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
 
 from .. import compute_log
-from ..audio import AudioFormatError, StreamingConverter, check_format
+from ..audio.pcm import AudioFormatError, StreamingConverter, check_format
 from ..wire.errors import ErrorCode
 from .connection import Queue, Write
 from .errors import Owed, RequestError

@@ -19,6 +19,7 @@ class ErrorCode(str, Enum):
     UNKNOWN_SPEAKER = "unknown-speaker"
     OVERLOADED = "overloaded"  # too many requests (or queued audio) on one connection
     INTERNAL = "internal"  # a model failed
+    UNAVAILABLE = "engine-unavailable"  # an engine outside us did not answer (remote LLM)
     # The connection is closed.
     MALFORMED = "malformed"
     FRAME_TOO_LARGE = "frame-too-large"

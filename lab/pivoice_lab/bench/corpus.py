@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..audio import float_to_pcm16
+from wyoming_pivoice.audio import float_to_pcm16
 
 RATE = 16000
 PAD_BEFORE_S = 0.5
@@ -399,7 +399,7 @@ def _piper_in_subprocess(jobs: list[dict]) -> None:
         [
             sys.executable,
             "-c",
-            "from wyoming_pivoice.bench.corpus import _piper_main; _piper_main()",
+            "from pivoice_lab.bench.corpus import _piper_main; _piper_main()",
         ],
         input=json.dumps(jobs).encode(),
         check=True,
@@ -407,7 +407,7 @@ def _piper_in_subprocess(jobs: list[dict]) -> None:
 
 
 def _piper_main() -> None:
-    from ..engines.tts import PiperTts, TtsSettings
+    from wyoming_pivoice.engines import PiperTts, TtsSettings
 
     tts = PiperTts(TtsSettings())
     for job in json.load(sys.stdin):

@@ -19,7 +19,7 @@ import numpy as np
 import soxr
 from wyoming.audio import AudioFormat
 
-from ..audio import StreamingConverter
+from wyoming_pivoice.audio import StreamingConverter
 
 RATE = 16000
 HIGHPASS_TAPS = 255  # at 16 kHz: a 200 Hz corner within ~60 Hz

@@ -15,7 +15,8 @@ from urllib.parse import urlparse
 
 import psutil
 
-from ..compute_log import Compute, Load, read
+from wyoming_pivoice.compute_log import Compute, Load, read
+
 from ..ports import free_port, wait_for_port
 from . import procstats
 

@@ -1,7 +1,7 @@
 """The room's two device commands, standard library only (they start once per reply):
 
-    python -m wyoming_pivoice.room.client speaker SOCKET RATE WIDTH CHANNELS   # stdin → room
-    python -m wyoming_pivoice.room.client mic SOCKET                           # room → stdout
+    python -m pivoice_lab.room.client speaker SOCKET RATE WIDTH CHANNELS   # stdin → room
+    python -m pivoice_lab.room.client mic SOCKET                           # room → stdout
 
 Give them to the satellite as `--snd-command '… speaker SOCKET {rate} {width} {channels}'`
 and `--mic-command '… mic SOCKET'`.

@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 from wyoming.audio import AudioFormat
 
-from ..realtime import AUDIO_RT_PRIORITY, Pacer
+from wyoming_pivoice.audio import AUDIO_RT_PRIORITY, Pacer
+
 from .acoustics import RATE, EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
 
 _LOGGER = logging.getLogger(__name__)
@@ -156,7 +157,7 @@ class Room:
 
     @property
     def _client(self) -> str:
-        return f"{sys.executable} -m wyoming_pivoice.room.client"
+        return f"{sys.executable} -m pivoice_lab.room.client"
 
     @property
     def mic_command(self) -> str:

@@ -22,23 +22,17 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 from wyoming.audio import AudioFormat
 
-from ..audio import StreamingConverter, float_to_pcm16
-from ..realtime import Backoff, Pacer, timeout
+from ..realtime import Backoff, timeout
+from ..satellite.protocols import AudioSource
 from .commands import end_command, start_command, wait_command
-from .protocols import AudioSource
+from .format import CHANNELS, CHUNK_BYTES, CHUNK_SAMPLES, CHUNK_SECONDS, MIC_FORMAT, RATE
+from .pacing import Pacer
+from .pcm import StreamingConverter, float_to_pcm16
 
 if TYPE_CHECKING:
-    from .settings import MicSettings
+    from ..satellite.settings import MicSettings
 
 _LOGGER = logging.getLogger(__name__)
-
-RATE = 16000
-WIDTH = 2
-CHANNELS = 1
-CHUNK_SAMPLES = 512  # what Silero VAD takes at 16 kHz
-CHUNK_BYTES = CHUNK_SAMPLES * WIDTH
-CHUNK_SECONDS = CHUNK_SAMPLES / RATE  # 32 ms
-MIC_FORMAT = AudioFormat(RATE, WIDTH, CHANNELS)
 
 # A file or `cat` would otherwise arrive in one burst; a live microphone is never this far
 # ahead of the wall clock, so limiting the lead paces the first and never delays the second.

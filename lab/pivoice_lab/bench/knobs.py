@@ -20,11 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from ..engines.asr import AsrSettings, WhisperAsr
-from ..engines.llm import LlamaChat, LlmSettings
-from ..engines.priority import AudioFirst
-from ..engines.tts import PiperTts, TtsSettings
-from ..text import split_all
+from wyoming_pivoice.engines import (
+    AsrSettings,
+    AudioFirst,
+    LlamaChat,
+    LlmSettings,
+    PiperTts,
+    TtsSettings,
+    WhisperAsr,
+)
+from wyoming_pivoice.text import split_all
+
 from .corpus import RATE, Utterance
 from .peers import THREE_SENTENCE_REPLIES
 

@@ -28,13 +28,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..conversation import ConversationStore
-from ..engines.llm import LlamaChat, LlmSettings
-from ..server.knowledge import KnowledgeBase, KnowledgeSettings, TurnNotes
-from ..text import MIN_CLAUSE_CHARS, PhraseSplitter
+from wyoming_pivoice.conversation import ConversationStore
+from wyoming_pivoice.engines import LlamaChat, LlmSettings
+from wyoming_pivoice.server import KnowledgeBase, KnowledgeSettings, TurnNotes
+from wyoming_pivoice.text import MIN_CLAUSE_CHARS, PhraseSplitter
+
 from .tables import median, render_table, summarize
 
-FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "knowledge"
+FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "knowledge"
 REPLY_TOKENS = 48
 OFF_TOPIC = ("Tell me a joke.", "Who wrote Hamlet?", "How tall is Mount Everest?")
 ON_TOPIC = (

@@ -28,20 +28,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 from wyoming.audio import AudioFormat
 
-from ..audio import StreamingConverter
-from .endpoint import Hearing
-from .settings import EchoSettings
-from .turn_policy import NO_COUPLING_DB, Evidence
+from ..satellite.protocols import Hearing
+from ..satellite.settings import EchoSettings
+from ..satellite.turn_policy import NO_COUPLING_DB, Evidence
+from .format import RATE
+from .pcm import StreamingConverter
 
 if TYPE_CHECKING:
     from livekit import rtc
 
-    from .endpoint import Endpointer
-    from .protocols import AudioSink, AudioSource
+    from ..satellite.protocols import AudioSource
 
 _LOGGER = logging.getLogger(__name__)
 
-RATE = 16000
 FRAME = RATE // 100  # AEC3 takes 10 ms frames
 # A piece due within this of the previous piece's end continues it (timing jitter);
 # later than that, the gap between them is silence.
@@ -68,6 +67,12 @@ USER_IN_WINDOW_DB = 3.0
 MAX_ERLE_DB = 40.0
 ONSET_QUIET_FRAMES = 100  # a reference silent this long (1 s) and sounding again: a reply starts
 ONSET_FRAMES = 50  # its first 0.5 s
+# After a barge-in a fresh AEC3 runs beside the live one (see EchoCanceller) and the better
+# of the two over windows of this many 10 ms frames of reply is heard; after TRIAL_WINDOWS
+# windows without the user's voice the worse one is dropped.
+TRIAL_WINDOW_FRAMES = 50
+TRIAL_WINDOWS = 4
+VOICE_PROBABILITY = 0.5  # a chunk the VAD scores this high may hold the user's voice
 
 
 def load_apm(settings: EchoSettings) -> rtc.AudioProcessingModule:
@@ -207,10 +212,11 @@ class EchoEstimate:
         loudest = max(self._recent, default=0.0)
         coupling = self.coupling_db
         echo = loudest * 10 ** ((coupling if coupling is not None else 0.0) / 10)
-        # A reply's first moments: AEC3's filter may still be the one it adapted through the
-        # user's voice over the last reply (a barge-in), and leaks until it re-adapts
-        # (measured: a self-made turn 0.3 s into the next reply). Count on no cancelling
-        # for its first 0.5 s: only a voice louder than the echo itself interrupts then.
+        # A reply's first moments: the filter heard may still be the one that adapted
+        # through the user's voice over the last reply (a barge-in's trial judges the two
+        # filters only as the reply plays), and leaks until it re-adapts (measured with a
+        # restart: a self-made turn 0.3 s into the next reply). Count on no cancelling for
+        # its first 0.5 s: only a voice louder than the echo itself interrupts then.
         erle = self.erle_db if self._since_onset >= ONSET_FRAMES else 0.0
         return echo / 10 ** (erle / 10) + self.floor
 
@@ -277,13 +283,33 @@ class EchoCanceller:
 
     `reference` comes from the speaker's thread, `process` from the microphone's (the audio
     core, core.py), or both from the event loop; a lock keeps them apart. Each 10 ms frame
-    costs AEC3 about 0.2 ms here. A barge-in does not restart AEC3: the echo path is the
-    same room before and after it, and a continuous speaker keeps its delay.
+    costs AEC3 about 0.2 ms here (two filters: 0.4 ms).
+
+    A barge-in does not throw the filter away: the echo path is the same room before and
+    after it, and a continuous speaker keeps its delay. But the filter adapts through the
+    user's voice while it is over the reply, and AEC3 cannot be told to hold still; measured
+    offline (tests/test_echo.py, −6 dB/150 ms and −3 dB/250 ms rooms, the voice 0.25-0.9 s
+    over the reply): the kept filter cancels the next reply's first second well (28-38 dB)
+    and can lose 10 dB later in it (whole reply 8-16 dB), a fresh one is at 24-35 dB in its
+    first second and better later (14-19 dB). So a barge-in starts a fresh AEC3 *beside*
+    the live one, both fed every frame; over the next reply the better of the two in each
+    window is heard (judged on windows without the user's voice), and after TRIAL_WINDOWS
+    such windows the worse one is dropped. The next reply never starts on an unconverged
+    filter, and a filter that adapted through the voice does not stay.
     """
 
     def __init__(self, settings: EchoSettings) -> None:
         self.settings = settings
         self._apm = load_apm(settings)
+        # After a barge-in: the fresh filter beside the live one, which of the two is heard,
+        # and the trial's residual energies (window; all windows without the user's voice).
+        self._second: rtc.AudioProcessingModule | None = None
+        self._use_second = False
+        self._trial = [0.0, 0.0, 0.0, 0.0]  # window live, window second, total live, second
+        self._trial_frames = 0
+        self._trial_windows = 0
+        self._voice_in_window = False
+        self.trials: list[str] = []  # how each trial ended: "kept" or "fresh"
         self._lock = threading.Lock()
         self._origin: float | None = None  # monotonic time of timeline index 0
         self._ref = _Reference()
@@ -334,23 +360,70 @@ class EchoCanceller:
 
     def cut(self, at: float) -> None:
         """The reply stopped at monotonic `at` (a barge-in on a sink that stops its device):
-        what was handed over for later never plays; AEC3 starts afresh (see restart)."""
+        what was handed over for later never plays."""
         with self._lock:
             ref, index = self._ref, self._index(at)
             if index < ref.end:
                 ref.samples = ref.samples[: max(0, index - ref.start)]
-        self.restart()
+            self._barge_in()
 
-    def restart(self) -> None:
-        """A barge-in: AEC3 starts afresh. Its filter has just adapted through the user's
-        voice over the reply and stays off for the next reply (measured in the room, −6 dB:
-        ERLE 7 dB over all of the next reply, against 30 dB with no voice over the cut
-        one), where a fresh AEC3 is at 25-35 dB within its first second; the estimate
-        keeps counting on no cancelling for that second (EchoEstimate.expected_residual).
-        The timeline and the echo estimate are the room's and stay."""
-        apm = load_apm(self.settings)
+    def barge_in(self) -> None:
+        """The user talked over the reply and it was stopped: a fresh AEC3 starts beside the
+        live one (see the class)."""
         with self._lock:
-            self._apm = apm
+            self._barge_in()
+
+    def _barge_in(self) -> None:
+        if not self.settings.echo_cancellation:
+            return
+        if self._second is not None and self._use_second:
+            self._apm = self._second  # the fresh one was winning: it is the live one now
+        self._second = load_apm(self.settings)  # ≈ 20 ms under load, once per barge-in
+        self._use_second = False
+        self._trial = [0.0, 0.0, 0.0, 0.0]
+        self._trial_frames = self._trial_windows = 0
+        self._voice_in_window = False
+
+    def _second_frame(self, render: bytes, capture: bytes, live_out: np.ndarray, audible: bool):
+        """The fresh filter on the same frame; returns the output to hear."""
+        from livekit.rtc import AudioFrame
+
+        second = self._second
+        assert second is not None
+        second.process_reverse_stream(AudioFrame(render, RATE, 1, FRAME))
+        second.set_stream_delay_ms(0)
+        frame = AudioFrame(capture, RATE, 1, FRAME)
+        second.process_stream(frame)
+        out = np.frombuffer(frame.data, dtype=np.int16).copy()
+        if audible:
+            trial = self._trial
+            trial[0] += float(np.mean(live_out.astype(np.float64) ** 2))
+            trial[1] += float(np.mean(out.astype(np.float64) ** 2))
+            self._trial_frames += 1
+            if self._trial_frames >= TRIAL_WINDOW_FRAMES:
+                self._end_trial_window()
+        return out if self._use_second else live_out
+
+    def _end_trial_window(self) -> None:
+        trial = self._trial
+        if not self._voice_in_window:  # the user's voice would favour the one taking it off
+            self._use_second = trial[1] < trial[0]
+            trial[2] += trial[0]
+            trial[3] += trial[1]
+            self._trial_windows += 1
+        trial[0] = trial[1] = 0.0
+        self._trial_frames = 0
+        self._voice_in_window = False
+        if self._trial_windows < TRIAL_WINDOWS:
+            return
+        fresh = trial[3] < trial[2]
+        if fresh:
+            assert self._second is not None
+            self._apm = self._second
+        self._second = None
+        self._use_second = False
+        self.trials.append("fresh" if fresh else "kept")
+        _LOGGER.debug("After the barge-in the %s filter stays", "fresh" if fresh else "kept")
 
     def _reference_frame(self, index: int) -> np.ndarray:
         ref = self._ref
@@ -392,14 +465,18 @@ class EchoCanceller:
             audible = ref_energy > SILENT_RMS * SILENT_RMS
             if audible:
                 self._last_echo_index = self._capture_index
-            render = AudioFrame(_to_pcm16(ref), RATE, 1, FRAME)
+            render_pcm = _to_pcm16(ref)
+            render = AudioFrame(render_pcm, RATE, 1, FRAME)
             self._apm.process_reverse_stream(render)
             if self.settings.echo_cancellation:
                 self._apm.set_stream_delay_ms(0)
             near = pending[used : used + FRAME]
-            capture = AudioFrame(near.tobytes(), RATE, 1, FRAME)
+            near_pcm = near.tobytes()
+            capture = AudioFrame(near_pcm, RATE, 1, FRAME)
             self._apm.process_stream(capture)
             out = np.frombuffer(capture.data, dtype=np.int16).copy()
+            if self._second is not None:
+                out = self._second_frame(render_pcm, near_pcm, out, audible)
             if audible:
                 self._count(near, out)
             echo = self._echo_possible()
@@ -452,7 +529,10 @@ class EchoCanceller:
         return Hearing.ECHO if self._echo_possible() else Hearing.CLEAR
 
     def evidence(self, probability: float) -> Evidence:
-        """The last chunk processed, for turn_policy.decide, given its VAD probability."""
+        """The last chunk processed, for turn_policy.decide, given its VAD probability (a
+        barge-in's trial of two filters leaves out windows with the user's voice)."""
+        if probability >= VOICE_PROBABILITY:
+            self._voice_in_window = True
         estimate = self.estimate
         return Evidence(
             probability,
@@ -478,21 +558,6 @@ def open_canceller(settings: EchoSettings) -> EchoCanceller | None:
             "Echo cancellation is unavailable (%s): the microphone will hear the speaker", err
         )
         return None
-
-
-def cancel_echo(
-    source: AudioSource, sink: AudioSink, endpointer: Endpointer, canceller: EchoCanceller | None
-) -> AudioSource:
-    """Put the canceller between `sink` (its reference) and `source`, with the microphone,
-    the canceller and the VAD on the audio core's thread (core.py); returns the source to
-    read from. Without a canceller the source is read as it is."""
-    if canceller is None:
-        return source
-    from .audio_in import WavSource
-    from .core import CoreSource
-
-    sink.tap = canceller
-    return CoreSource(source, canceller, endpointer, live=not isinstance(source, WavSource))
 
 
 class EchoCancelledSource:

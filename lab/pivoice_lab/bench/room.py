@@ -344,9 +344,10 @@ def aec_cpu(seconds: float = 30.0) -> dict[str, float]:
     """The canceller's own cost: process time per second of audio, in this process."""
     from wyoming.audio import AudioFormat
 
+    from wyoming_pivoice.audio import EchoCanceller
+    from wyoming_pivoice.satellite import EchoSettings
+
     from ..room.acoustics import EchoPath, NoiseFloor
-    from ..satellite.echo import EchoCanceller
-    from ..satellite.settings import EchoSettings
 
     rng = np.random.default_rng(0)
     n = int(seconds * RATE)

@@ -39,10 +39,11 @@ from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
 from wyoming.tts import Synthesize
 
-from ..audio import float_to_pcm16
-from ..engines.asr import AsrSettings
-from ..models import EMBEDDED_VOICE, resolve_whisper
-from ..text import split_all
+from wyoming_pivoice.audio import float_to_pcm16
+from wyoming_pivoice.engines import AsrSettings
+from wyoming_pivoice.models import EMBEDDED_VOICE, resolve_whisper
+from wyoming_pivoice.text import split_all
+
 from . import servers
 from .corpus import RATE, Utterance
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..compute_log import Compute, Load
-from ..text import split_all
-from ..timing import ms
+from wyoming_pivoice.compute_log import Compute, Load
+from wyoming_pivoice.text import split_all
+from wyoming_pivoice.timing import ms
 
 
 def attribute(

@@ -25,10 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from ..engines.asr import AsrSettings, WhisperAsr
-from ..engines.llm import LlamaChat, LlmSettings
-from ..engines.tts import PiperTts, TtsSettings
-from ..text import split_all
+from wyoming_pivoice.engines import (
+    AsrSettings,
+    LlamaChat,
+    LlmSettings,
+    PiperTts,
+    TtsSettings,
+    WhisperAsr,
+)
+from wyoming_pivoice.text import split_all
+
 from .knobs import first_sentence_audio
 from .server_compute import overhead_ms
 

@@ -101,7 +101,7 @@ def score(triples: Iterable[tuple[str, str, str]]) -> dict[str, Any]:
 
 # ---- the ablation: which part of our ASR path costs words ---------------------------------
 #
-# python -m wyoming_pivoice.bench.wer [--json FILE] [--limit N]
+# python -m pivoice_lab.bench.wer [--json FILE] [--limit N]
 # Every candidate cause is switched on and off alone against the server as it was (the fitted
 # 10 s window for all audio), on the same corpus (bench.corpus.HOUSEHOLD), beside plain
 # faster-whisper on the whole clip and the server as it is now.
@@ -111,9 +111,12 @@ def satellite_audio(utterance: Any, vad: Any = None) -> bytes:
     """What the satellite sends the server for this utterance: Silero endpointing over the
     file at its default settings (pre-speech, trailing pad), the endpoint's audio (the
     speculation, when it is used, carries the very same audio)."""
-    from ..satellite.audio_in import CHUNK_BYTES, CHUNK_SECONDS
-    from ..satellite.endpoint import Endpointer, EndpointKind
-    from ..satellite.settings import VadSettings
+    from wyoming_pivoice.audio import CHUNK_BYTES, CHUNK_SECONDS
+    from wyoming_pivoice.satellite import (
+        Endpointer,
+        EndpointKind,
+        VadSettings,
+    )
 
     endpointer = Endpointer(vad or VadSettings())
     try:
@@ -173,8 +176,8 @@ def ablate(
 
     import numpy as np
 
-    from ..engines.asr import WhisperAsr
-    from ..satellite.settings import VadSettings
+    from wyoming_pivoice.engines import WhisperAsr
+    from wyoming_pivoice.satellite import VadSettings
 
     clips: dict[str, dict[str, np.ndarray]] = {}
     padded = VadSettings(pad_ms=300, speculate_ms=0)
@@ -256,10 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
     from pathlib import Path
 
-    from ..engines.asr import AsrSettings
+    from wyoming_pivoice.engines import AsrSettings
+
     from . import corpus
 
-    parser = argparse.ArgumentParser(prog="python -m wyoming_pivoice.bench.wer")
+    parser = argparse.ArgumentParser(prog="python -m pivoice_lab.bench.wer")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--corpus-dir", type=Path, default=None)
     parser.add_argument("--limit", type=int, default=None, help="the first N utterances")
@@ -314,7 +318,7 @@ async def server_transcripts(uri: str, utterances: list[Any]) -> dict[str, str]:
 
 
 def plain_transcripts(utterances: list[Any], settings: Any) -> dict[str, str]:
-    from ..engines.asr import WhisperAsr
+    from wyoming_pivoice.engines import WhisperAsr
 
     asr = WhisperAsr(settings)
     return {u.id: plain_transcribe(asr, u.samples()) for u in utterances}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..satellite.settings import SatelliteSettings, VadSettings
+from wyoming_pivoice.satellite import SatelliteSettings, VadSettings
 
 
 @dataclass

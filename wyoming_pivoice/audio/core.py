@@ -6,9 +6,9 @@
 
 The thread runs its own small event loop for the microphone (so every source kind, with
 its restarts and backoff, is the same code as before) at a priority above the model work
-(realtime.raise_audio_thread), and does nothing else: a late main loop delays decisions,
+(pacing.raise_audio_thread), and does nothing else: a late main loop delays decisions,
 never the capture, so the canceller's two streams stay aligned. The speaker has its own
-thread (audio_out.ContinuousSink) that reports what it writes to the canceller. The main
+thread (speaker.ContinuousSink) that reports what it writes to the canceller. The main
 loop gets each chunk with its capture time, its VAD probability and the canceller's
 evidence for turn_policy, all computed when the chunk came in.
 """
@@ -24,11 +24,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..realtime import raise_audio_thread
+from ..satellite.endpoint import Endpointer
+from ..satellite.protocols import AudioSink, AudioSource, Hearing
+from ..satellite.turn_policy import Decision, Evidence, decide
 from .echo import EchoCanceller
-from .endpoint import Endpointer, Hearing
-from .protocols import AudioSource
-from .turn_policy import Decision, Evidence, decide
+from .format import CHUNK_SECONDS
+from .mic import WavSource
+from .pacing import raise_audio_thread
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -69,7 +71,7 @@ class CoreSource:
         self.chunk_time: float | None = None
         self.frame: Frame | None = None  # the chunk read last
         self._queue: asyncio.Queue[Frame | None] | None = None
-        self._room = threading.Semaphore(int(MAX_QUEUED_SECONDS / 0.032))
+        self._room = threading.Semaphore(int(MAX_QUEUED_SECONDS / CHUNK_SECONDS))
         self._thread: threading.Thread | None = None
         self._core_loop: asyncio.AbstractEventLoop | None = None
         self._stopping = threading.Event()
@@ -235,10 +237,10 @@ class CoreSource:
         evidence = None
         if canceller is not None and probability is not None:
             evidence = canceller.evidence(probability)
-            self._fast_barge_in(evidence)
+            self._fast_barge_in(evidence, now)
         return Frame(chunk, now, probability, hearing, evidence)
 
-    def _fast_barge_in(self, evidence: Evidence) -> None:
+    def _fast_barge_in(self, evidence: Evidence, captured: float) -> None:
         """The turn policy on this thread: a reply stops the moment the user's voice over it
         is certain, however late the event loop runs; the endpointer's SPEECH_STARTED then
         ends the turn's run as usual."""
@@ -256,5 +258,26 @@ class CoreSource:
         self._fast_voiced += 1
         if decision is Decision.INTERRUPT:
             self._fast_voiced = 0
-            _LOGGER.debug("Barge-in on the audio thread: the speaker stops now")
+            decided = time.monotonic()
             self.on_interrupt()
+            # Where a barge-in's time goes: the chunk's capture → the decision (the mic's
+            # transport and this thread) → the cut (the speaker's lock, AEC3's second filter).
+            _LOGGER.info(
+                "Barge-in on the audio thread at %.3f: chunk captured %.0f ms before, "
+                "cut in %.0f ms",
+                decided,
+                (decided - captured) * 1000,
+                (time.monotonic() - decided) * 1000,
+            )
+
+
+def cancel_echo(
+    source: AudioSource, sink: AudioSink, endpointer: Endpointer, canceller: EchoCanceller | None
+) -> AudioSource:
+    """Put the canceller between `sink` (its reference) and `source`, with the microphone,
+    the canceller and the VAD on the audio core's thread (CoreSource); returns the source to
+    read from. Without a canceller the source is read as it is."""
+    if canceller is None:
+        return source
+    sink.tap = canceller
+    return CoreSource(source, canceller, endpointer, live=not isinstance(source, WavSource))

@@ -12,6 +12,8 @@ import numpy as np
 import soxr
 from wyoming.audio import AudioFormat
 
+from .format import MIC_FORMAT
+
 MIN_RATE = 4000
 MAX_RATE = 192000
 MAX_CHANNELS = 8
@@ -42,7 +44,7 @@ def plain_format(fmt: AudioFormat) -> AudioFormat:
     return AudioFormat(fmt.rate, fmt.width, fmt.channels)
 
 
-WHISPER_FORMAT = AudioFormat(16000, 2, 1)
+WHISPER_FORMAT = MIC_FORMAT  # Whisper and Silero take what the microphone gives
 
 
 def check_format(rate: object, width: object, channels: object) -> AudioFormat:

@@ -21,11 +21,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, timing
-from ..engines.asr import AsrSettings
-from ..engines.llm import LlmSettings
-from ..engines.tts import TtsSettings
-from ..settings import ServerSettings
+from wyoming_pivoice import __version__, timing
+from wyoming_pivoice.engines import AsrSettings, LlmSettings, TtsSettings
+from wyoming_pivoice.settings import ServerSettings
+
 from . import corpus as corpus_mod
 from . import procstats, remote, report, server_compute, servers
 from .options import BenchOptions
@@ -34,7 +33,7 @@ from .rig import Config, Rig, TurnOutcome
 
 _LOGGER = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def configs_for(options: BenchOptions) -> list[Config]:
@@ -255,13 +254,9 @@ def _proc(after: procstats.ProcSample, before: procstats.ProcSample, turns: int)
 
 def _server_settings(server_args: list[str]) -> ServerSettings:
     """The settings the server runs with (its CLI parsed with the bench's extra args)."""
-    import argparse
+    from wyoming_pivoice.server import settings_from_argv
 
-    from ..server import cli as server_cli
-
-    parser = argparse.ArgumentParser()
-    server_cli.add_parser(parser.add_subparsers())
-    return server_cli.settings_from_args(parser.parse_args(["server", *server_args]))
+    return settings_from_argv(server_args)
 
 
 def _engine_settings(server_args: list[str]) -> tuple[AsrSettings, LlmSettings, TtsSettings]:
@@ -276,8 +271,8 @@ def _remote_overhead(
     workdir: Path,
 ) -> dict[str, Any]:
     """The bench's server (remote engine) against a twin on the local engine, same turns."""
-    from ..engines.remote_llm import RemoteChat, RemoteLlmError
-    from ..models import resolve_llm
+    from wyoming_pivoice.engines import RemoteChat, RemoteLlmError
+    from wyoming_pivoice.models import resolve_llm
 
     settings = _server_settings(options.server_args)
     assert settings.remote_llm is not None

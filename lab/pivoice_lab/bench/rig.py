@@ -24,14 +24,16 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..realtime import Pacer
-from ..satellite.audio_in import CHUNK_BYTES, CHUNK_SECONDS
-from ..satellite.audio_out import NullSink
-from ..satellite.pipeline import Satellite, make_stages
-from ..satellite.protocols import Transcriber
-from ..satellite.settings import SatelliteSettings, VadSettings
-from ..satellite.stages import ServerLink
-from ..timing import TimingLog, TurnClock
+from wyoming_pivoice.audio import CHUNK_BYTES, CHUNK_SECONDS, NullSink, Pacer
+from wyoming_pivoice.satellite import (
+    Satellite,
+    SatelliteSettings,
+    ServerLink,
+    Transcriber,
+    VadSettings,
+    make_stages,
+)
+from wyoming_pivoice.timing import TimingLog, TurnClock
 
 SILENCE = bytes(CHUNK_BYTES)
 

@@ -8,7 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
-from ..satellite.settings import SatelliteSettings, VadSettings
+from wyoming_pivoice.satellite import SatelliteSettings, VadSettings
+
 from .options import BenchOptions
 
 
