@@ -691,3 +691,13 @@ def test_run_sh_stops_with_one_line_when_the_options_cannot_be_read(
     assert status == 2, log
     assert "The server's options could not be read" in log and "Traceback" not in log
     assert run.argv("server") is None  # nothing started
+
+
+def test_docs_give_each_options_default(config: dict[str, Any]) -> None:
+    """DOCS.md's table shows the default config.yaml has (the prompt: described, not quoted)."""
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]*) \|", (ADDON / "DOCS.md").read_text(), re.M))
+    for key, value in config["options"].items():
+        if key == "system_prompt":
+            continue
+        shown = str(value).lower() if isinstance(value, bool) else str(value)
+        assert f"`{shown}`" in rows[key], (key, rows[key])
