@@ -225,3 +225,21 @@ def test_a_barge_in_keeps_the_filter_and_tries_a_fresh_one_beside_it(
     assert len(trials) == 1
     assert early >= 15, (early, kept_early, fresh_early)
     assert whole >= max(kept_whole, fresh_whole) - 3, (whole, kept_whole, fresh_whole)
+
+
+def test_after_a_barge_in_the_estimate_counts_on_no_cancelling_until_it_measures_again():
+    """The next reply's filters are new to it: the ERLE from before the barge-in is not
+    assumed (its leaks would pass as the user), the room's coupling is."""
+    from wyoming_pivoice.audio.echo import EchoEstimate
+
+    estimate = EchoEstimate()
+    loud, floor = 1e-2, 1e-7
+    for _ in range(200):  # 2 s of reply: coupling −6 dB, 30 dB cancelled
+        estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
+    assert estimate.erle_db == pytest.approx(30, abs=0.5)
+    coupling = estimate.coupling_db
+    estimate.forget_erle()
+    assert estimate.erle_db == 0.0
+    assert estimate.coupling_db == coupling
+    # ...so the echo alone is expected at its full level: only a voice over it interrupts.
+    assert estimate.expected_residual() >= loud / 4 * 0.9 + floor

@@ -201,6 +201,14 @@ class EchoEstimate:
         self._ref = self._mic = self._out = 0.0
         self._frames = 0
 
+    def forget_erle(self) -> None:
+        """A barge-in: what the canceller achieved is not known again until measured. The
+        reply after one plays on a new speaker command with filters that adapted through the
+        voice or start afresh; counting on the ERLE from before it let their leaks through
+        as the user (the room at −3 dB/250 ms, RT60 0.7, load 9-10: 2 of 3 runs made a turn
+        of the next reply's own echo). The coupling is the room's and stays."""
+        self._erles.clear()
+
     @property
     def no_echo(self) -> bool:
         """The microphone does not hear the speaker (a headset): nothing to take out."""
@@ -374,6 +382,7 @@ class EchoCanceller:
             self._barge_in()
 
     def _barge_in(self) -> None:
+        self.estimate.forget_erle()
         if not self.settings.echo_cancellation:
             return
         if self._second is not None and self._use_second:
