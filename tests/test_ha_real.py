@@ -54,7 +54,7 @@ def test_real_home_assistant(version: str, tmp_path: Path) -> None:
     suite = ET.parse(out / "junit.xml").getroot()
     suite = suite if suite.tag == "testsuite" else suite[0]
     counts = {key: int(suite.get(key, "0")) for key in ("tests", "failures", "errors", "skipped")}
-    assert counts["tests"] >= 8 and counts["failures"] == counts["errors"] == 0, counts
+    assert counts["tests"] >= 9 and counts["failures"] == counts["errors"] == 0, counts
     assert counts["skipped"] == 0, counts
 
     seen = {}
@@ -69,5 +69,6 @@ def test_real_home_assistant(version: str, tmp_path: Path) -> None:
     assert {"stt-end", "intent-end", "tts-end", "run-end"} <= set(pipeline["events"]), pipeline
     assert {"kitchen", "lights"} <= words(pipeline["heard"]), pipeline
     assert pipeline["played_seconds"] > 0.5, pipeline
+    assert len(seen["follow"]["joined"]) == 1, seen["follow"]  # our server joined HA's turn
     # The satellite's own WAV of what it played, as the script kept it.
     assert list((out / "played").glob("*.wav")), list(out.iterdir())
