@@ -56,6 +56,9 @@ SELF_MADE = "self-made barge-in over reply {n} before the user spoke (audio core
 # with "Okay, stop that, please." Issue #21's target is >= 90 % detected; a miss is the audio
 # core's (turn_policy / the echo estimate) and is reported, not hidden, as an expected failure.
 MISSED = "barge-in missed: the announcement played on over the words (audio core, #20/#21)\n{log}"
+# The same over a reply: 2 of 3 runs of the replies test at load 1-2 after the last audio-core
+# merge missed the words over reply 2, the one right after a barge-in (session 8).
+MISSED_OVER_REPLY = "barge-in missed: reply {n} played on over the words (audio core, #20)\n{log}"
 
 
 def said(text: str, path: Path, **when: float | int) -> Say:
@@ -164,7 +167,12 @@ async def test_speech_over_replies_stops_each_and_starts_the_next_run(tmp_path: 
                     starts.append(await say_over_next_sound(room, script[n], 1500 + 300 * n))
                     await ha.read_until("played")
                     played_at = time.monotonic()
-                    event, before = await ha.read_until("run-pipeline")
+                    try:  # a barge-in's run follows its `played` at once
+                        event, before = await ha.read_until("run-pipeline", timeout=15)
+                    except AssertionError:
+                        # The reply played out over the words (seen over the reply right
+                        # after a barge-in, whose fresh filter leaves the echo loud: #20).
+                        pytest.xfail(MISSED_OVER_REPLY.format(n=n, log=sat.log_text()[-1500:]))
                     run_at = time.monotonic()
                     assert "played" not in {e.type for e in before}
                     over = script[n]
