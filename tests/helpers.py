@@ -508,13 +508,24 @@ def cue(folder: Path) -> None:
 
 
 def assert_all_gone(processes: list[psutil.Process]) -> None:
-    """None of `processes` (a satellite's children, say) is still running."""
+    """None of `processes` (a satellite's children, say) is still running.
+
+    A killed child may still be on its way out when its parent has gone (CI saw a `cat` not
+    yet a zombie, a zombie a moment later): each gets up to 5 s to end (a bounded wait on the
+    process, not a sleep); a zombie counts as gone (only its parent's reaping is left)."""
+    _, waiting = psutil.wait_procs([p for p in processes if _running(p)], timeout=5)
     alive = []
-    for proc in processes:
+    for proc in waiting:
         with contextlib.suppress(psutil.NoSuchProcess):
             if proc.status() != psutil.STATUS_ZOMBIE:
                 alive.append(proc.cmdline())
     assert not alive, f"left running: {alive}"
+
+
+def _running(proc: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return proc.status() != psutil.STATUS_ZOMBIE
+    return False
 
 
 # ---- ALSA stand-in devices (no sound card: ALSA's `file` plugin over its `null` device) ----
