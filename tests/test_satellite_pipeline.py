@@ -16,7 +16,7 @@ from wyoming.audio import AudioFormat
 
 from wyoming_pivoice.audio.speaker import NullSink
 from wyoming_pivoice.satellite.endpoint import EndpointEvent, EndpointKind
-from wyoming_pivoice.satellite.pipeline import Player, Stages, Turns
+from wyoming_pivoice.satellite.standalone.pipeline import Player, Stages, Turns
 from wyoming_pivoice.satellite.settings import SatelliteSettings
 from wyoming_pivoice.satellite.stages import (
     AudioPiece,

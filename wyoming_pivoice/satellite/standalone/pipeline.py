@@ -29,16 +29,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from .. import startup
-from ..audio.core import CoreSource, cancel_echo
-from ..audio.echo import EchoCanceller, open_canceller
-from ..audio.mic import open_source
-from ..audio.speaker import open_sink
-from ..text import PhraseSplitter
-from ..timing import TimingLog, TurnClock
-from .endpoint import Endpointer
-from .listener import Heard, Listener, WakeWindow
-from .protocols import (
+from ... import startup
+from ...audio.core import CoreSource, cancel_echo
+from ...audio.echo import EchoCanceller, open_canceller
+from ...audio.mic import open_source
+from ...audio.speaker import open_sink
+from ...text import PhraseSplitter
+from ...timing import TimingLog, TurnClock
+from ..endpoint import Endpointer
+from ..listener import Heard, Listener, WakeWindow
+from ..protocols import (
     AudioSink,
     AudioSource,
     EndpointEvent,
@@ -48,8 +48,8 @@ from .protocols import (
     Transcriber,
     WakeDetector,
 )
-from .settings import SatelliteSettings
-from .stages import (
+from ..settings import SatelliteSettings
+from ..stages import (
     AudioPiece,
     HeardMemo,
     Recognizer,
@@ -359,7 +359,7 @@ class Satellite:
         self.link = ServerLink(settings.server, retry_seconds=settings.server_retry_s)
         self.wake: WakeDetector | None = None
         if settings.wake_word:
-            from .wake import WakeWord
+            from ..wake import WakeWord
 
             self.wake = WakeWord(settings.wake_word)
         self.timing = timing or TimingLog(settings.timing_log)
