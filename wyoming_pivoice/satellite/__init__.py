@@ -18,10 +18,10 @@ _EXPORTS = {
 }
 if TYPE_CHECKING:  # the same names, for the type checker (tests/test_layout.py: they agree)
     from .endpoint import Endpointer, EndpointKind
-    from .standalone.pipeline import Satellite, make_stages
     from .protocols import Transcriber
     from .settings import EchoSettings, SatelliteSettings, VadSettings
     from .stages import ServerLink
+    from .standalone.pipeline import Satellite, make_stages
 
 __all__ = names(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
