@@ -89,6 +89,18 @@ async def test_a_device_call_that_hangs_is_given_up_and_the_next_step_runs(monke
     assert sink.draining.is_set()
 
 
+async def test_a_drain_that_never_ends_is_bounded_by_the_reply_and_stops_it(monkeypatch) -> None:
+    monkeypatch.setattr(turns, "DRAIN_EXTRA", 0.2)
+    monkeypatch.setattr(turns, "STEP_TIMEOUT", 0.1)  # the queued play hangs too
+    sink = StuckSink()
+    playback = Playback(sink)
+    async with playback.running():
+        playback.begin()
+        playback.play(tone(0.1), FMT)
+        await asyncio.wait_for(playback.drained(), 2.0)  # 0.1 s of reply + 0.2 s
+    assert sink.draining.is_set() and sink.stopped == 1
+
+
 async def test_a_sound_plays_out_and_reports_even_when_it_cannot_be_loaded() -> None:
     playback = Playback(NullSink())
     done: list[str] = []

@@ -36,6 +36,10 @@ _LOGGER = logging.getLogger(__name__)
 
 STEP_TIMEOUT = 2.0  # one speaker call (queue audio, stop); a drain is bounded by the sink
 SHUTDOWN_WAIT = 0.5  # the driver's task, stopped
+# An awaited drain gets the reply's length and this much more, then the speaker is stopped:
+# a device 10 s behind its audio has stopped taking it (the sinks' own bounds are shorter;
+# in HA mode the machine's drain deadline stops a `finish` instead).
+DRAIN_EXTRA = 10.0
 
 Sound = tuple[bytes, AudioFormat]  # a sound of our own: its audio and format
 
@@ -52,8 +56,8 @@ class Playback:
 
     Nothing here waits for the device: `play`, `finish`, `sound` and `stop` queue a step and
     return, so a front's input never waits on a speaker; whoever must know when a step is
-    over passes `done` or awaits `drained`. A drain needs no bound of its own: the sinks bound
-    it by the reply's length (audio/speaker.py), the HA machine by its drain deadline.
+    over passes `done` or awaits `drained` (bounded by the reply's length; a `finish` is
+    bounded by the HA machine's drain deadline, which stops it).
     """
 
     def __init__(self, sink: AudioSink, canceller: EchoCanceller | None = None) -> None:
@@ -61,6 +65,7 @@ class Playback:
         self.canceller = canceller
         self.runs = 0  # the reply's audio runs (phrases) begun on the device
         self.seconds = 0.0  # the reply's audio handed to the device
+        self._queued = 0.0  # the reply's audio queued here
         self._begun = False  # the reply's first audio has gone to the device
         self._steps: deque[_Step] = deque()
         self._ready = asyncio.Event()
@@ -71,10 +76,11 @@ class Playback:
 
     def begin(self) -> None:
         """A reply begins: its counts start at nothing."""
-        self.runs, self.seconds, self._begun = 0, 0.0, False
+        self.runs, self.seconds, self._queued, self._begun = 0, 0.0, 0.0, False
 
     def play(self, pcm: bytes, fmt: AudioFormat, run: int = 0) -> None:
         """Queue audio of the current reply (`run`: which phrase of it)."""
+        self._queued += len(pcm) / max(1, bytes_per_second(fmt))
         self._add(_Step(partial(self._play, pcm, fmt, run), STEP_TIMEOUT))
 
     def finish(self, done: Callable[[], None]) -> None:
@@ -83,14 +89,19 @@ class Playback:
         self._add(_Step(partial(self._finish, done), None))
 
     async def drained(self) -> None:
-        """`finish`, awaited: returns once the reply has played out or a stop ended it."""
+        """`finish`, awaited: returns once the reply has played out or a stop ended it, or
+        stops the speaker once the reply's length and DRAIN_EXTRA have passed."""
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.add(waiter)
         self.finish(partial(_resolve, waiter))
+        bound = self._queued + DRAIN_EXTRA
         try:
-            await waiter
+            done, _ = await asyncio.wait({waiter}, timeout=bound)
         finally:
             self._waiters.discard(waiter)
+        if not done:
+            _LOGGER.warning("The speaker did not finish the reply within %.0f s: stopped", bound)
+            await self.stop()
 
     def sound(
         self, name: str, load: Callable[[], Awaitable[Sound]], done: Callable[[], None]
