@@ -331,13 +331,9 @@ class Satellite:
         if not settings.server:
             raise ValueError("standalone mode needs --server tcp://HOST:PORT")
         self.settings = settings
-        devices = assemble(settings, source, sink)
-        self.sink, self.endpointer, self.canceller = (
-            devices.sink,
-            devices.endpointer,
-            devices.canceller,
-        )
-        self.source: AudioSource = devices.source
+        ends = assemble(settings, source, sink)
+        self.source, self.sink, self.endpointer = ends.source, ends.sink, ends.endpointer
+        self.canceller = ends.canceller
         self.playback = Playback(self.sink, self.canceller)
         if settings.barge_in and not settings.wake_word:
             # The audio core stops the speaker itself on a barge-in, not waiting for the loop.
