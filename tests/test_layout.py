@@ -197,3 +197,27 @@ def test_the_runtime_has_no_import_circle() -> None:
 
 def test_the_lab_draws_no_import_circle() -> None:
     assert [sorted(c) for c in circles(LAB)] == []
+
+
+FRONTS = ("wyoming_pivoice.satellite.standalone", "wyoming_pivoice.satellite.ha")
+# What may name a front: the command that picks the mode, and the surface hosts import from.
+FRONT_USERS = ("wyoming_pivoice.satellite.cli", "wyoming_pivoice.satellite")
+
+
+def test_the_fronts_import_the_core_and_never_each_other() -> None:
+    """satellite/standalone and satellite/ha build on the shared core (listener, turn_policy,
+    turns, assemble, stages); the core names neither front, and neither front the other."""
+
+    def front(module: str) -> str | None:
+        return next((f for f in FRONTS if module == f or module.startswith(f + ".")), None)
+
+    wrong = []
+    for name, path in modules(RUNTIME).items():
+        if name in FRONT_USERS:
+            continue
+        for line, module, imported in imports(name, path):
+            full = f"{module}.{imported}" if imported else module
+            target = front(full) or front(module)
+            if target is not None and target != front(name):
+                wrong.append(f"{path.relative_to(REPO)}:{line}: {full}")
+    assert wrong == []

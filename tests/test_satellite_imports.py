@@ -60,8 +60,9 @@ def test_satellite_help_imports_no_engine() -> None:
 def test_satellite_modules_import_no_server_runtime() -> None:
     """Both modes' code, standalone and Home Assistant: Silero's runtime at most."""
     modules = imported(
-        "import wyoming_pivoice.satellite.pipeline, wyoming_pivoice.satellite.ha.adapter, "
-        "wyoming_pivoice.satellite.cli, wyoming_pivoice.startup",
+        "import wyoming_pivoice.satellite.standalone.pipeline, "
+        "wyoming_pivoice.satellite.ha.adapter, wyoming_pivoice.satellite.cli, "
+        "wyoming_pivoice.startup",
     )
     assert "wyoming_pivoice.satellite.listener" in modules
     assert loaded(modules, *SERVER_ONLY) == []

@@ -16,7 +16,6 @@ from wyoming.audio import AudioFormat
 
 from wyoming_pivoice.audio.speaker import NullSink
 from wyoming_pivoice.satellite.endpoint import EndpointEvent, EndpointKind
-from wyoming_pivoice.satellite.pipeline import Player, Stages, Turns
 from wyoming_pivoice.satellite.settings import SatelliteSettings
 from wyoming_pivoice.satellite.stages import (
     AudioPiece,
@@ -24,6 +23,8 @@ from wyoming_pivoice.satellite.stages import (
     StreamingResponder,
     _Conversation,
 )
+from wyoming_pivoice.satellite.standalone.pipeline import Player, Stages, Turns
+from wyoming_pivoice.satellite.turns import Playback, TurnTimer
 from wyoming_pivoice.timing import TimingLog, TurnClock
 
 
@@ -48,6 +49,10 @@ class StandInRun:
         self.audio.put_nowait(None)
 
 
+def player_on(sink: NullSink, log: TimingLog) -> Player:
+    return Player(Playback(sink), TurnTimer(log, "streaming", 300))
+
+
 def started(at: float = 0.0) -> EndpointEvent:
     return EndpointEvent(EndpointKind.SPEECH_STARTED, at, at, at, b"")
 
@@ -60,7 +65,7 @@ async def wait_for(condition, timeout: float = 5.0) -> None:
 
 async def test_speech_during_a_reply_stops_it(tmp_path: Path) -> None:
     log = tmp_path / "timing.jsonl"
-    player = Player(NullSink(realtime=True), TimingLog(log))
+    player = player_on(NullSink(realtime=True), TimingLog(log))
     runs: asyncio.Queue = asyncio.Queue()
     long_reply = StandInRun(1, seconds=30.0, finished=False)  # the LLM is still writing
     runs.put_nowait(long_reply)
@@ -95,7 +100,7 @@ async def test_no_barge_in_lets_the_reply_finish_and_replies_keep_their_order(
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "timing.jsonl"
-    player = Player(NullSink(realtime=True), TimingLog(log))
+    player = player_on(NullSink(realtime=True), TimingLog(log))
     runs: asyncio.Queue = asyncio.Queue()
     first, second = StandInRun(1, 0.3), StandInRun(2, 0.2)
     for run in (first, second, None):
@@ -144,7 +149,7 @@ async def test_a_void_speculation_and_its_whole_turn_share_one_turn_id(tmp_path:
     """So the server keeps only the whole turn in the conversation's history."""
     sent: list[dict] = []
     stages = Stages(EchoAsr(), lambda: RecordingResponder(sent), DrainTts(), 24)  # type: ignore[arg-type]
-    player = Player(NullSink(), TimingLog(tmp_path / "timing.jsonl"))
+    player = player_on(NullSink(), TimingLog(tmp_path / "timing.jsonl"))
     turns = Turns(SatelliteSettings(server="tcp://x:1"), stages, player, lambda: None)
     runs: asyncio.Queue = asyncio.Queue()
 

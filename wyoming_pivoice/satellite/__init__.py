@@ -11,17 +11,17 @@ from ..exports import lazy_exports, names
 
 _EXPORTS = {
     ".endpoint": ("EndpointKind", "Endpointer"),
-    ".pipeline": ("Satellite", "make_stages"),
+    ".standalone.pipeline": ("Satellite", "make_stages"),
     ".protocols": ("Transcriber",),
     ".settings": ("EchoSettings", "SatelliteSettings", "VadSettings"),
     ".stages": ("ServerLink",),
 }
 if TYPE_CHECKING:  # the same names, for the type checker (tests/test_layout.py: they agree)
     from .endpoint import Endpointer, EndpointKind
-    from .pipeline import Satellite, make_stages
     from .protocols import Transcriber
     from .settings import EchoSettings, SatelliteSettings, VadSettings
     from .stages import ServerLink
+    from .standalone.pipeline import Satellite, make_stages
 
 __all__ = names(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -55,7 +55,7 @@ async def _home_assistant(settings: SatelliteSettings) -> int:
 
 
 async def _standalone(settings: SatelliteSettings) -> int:
-    from .pipeline import Satellite
+    from .standalone.pipeline import Satellite
     from .wake import WakeWordError
 
     try:

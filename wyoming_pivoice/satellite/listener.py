@@ -4,7 +4,7 @@ The listener reads the microphone for as long as it runs (a live device must not
 and, chunk by chunk, runs the detectors its `Gate` asks for: the wake word while a turn
 may start, the endpointer while speech is awaited. What it heard goes to the caller's
 `on_heard` in capture order. Who decides is the mode's business: the standalone satellite's
-`WakeWindow` below, the Home Assistant satellite's state machine (ha.py).
+`WakeWindow` below, the Home Assistant satellite's state machine (ha/machine.py).
 """
 
 from __future__ import annotations
@@ -16,14 +16,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .ha.machine import Timeouts
 from .protocols import AudioSource, EndpointDetector, EndpointEvent, EndpointKind, WakeDetector
 
 _LOGGER = logging.getLogger(__name__)
 
 # After a wake word, how long a request may take to start: one figure for both modes (the
-# Home Assistant machine's `no_speech`).
-NO_SPEECH_S = Timeouts.no_speech
+# Home Assistant machine's `Timeouts.no_speech` is this; the core names it, the fronts import it).
+NO_SPEECH_S = 8.0
 READ_RETRY_S = 1.0  # a microphone read that failed is tried again after this long
 
 

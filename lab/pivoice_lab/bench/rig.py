@@ -1,6 +1,6 @@
 """A real satellite in this process, fed by a scripted microphone, one turn at a time.
 
-The satellite is the real one (`satellite.pipeline.Satellite`: VAD endpointing,
+The satellite is the real one (`satellite.standalone.pipeline.Satellite`: VAD endpointing,
 speculation, the streaming or sequential stages, the player) talking to the real
 server; only its microphone and speaker are replaced:
 

@@ -11,9 +11,10 @@ Every decision lives in `state.SatelliteMachine`; this module only turns the con
 (connection.py), the microphone (the shared listener.Listener), the speaker and the clock
 into its inputs and carries out its actions. Inputs reach the machine synchronously and its
 actions are handed on without waiting: events for HA go to the active connection's outbox
-(its own writer task, each write bounded), playback steps to the speaker's queue (its own
-task, a stop pre-empts the step that is running). So no input waits on I/O, and the clock's
-deadlines fire whatever a socket or the speaker is doing.
+(its own writer task, each write bounded), playback steps to the shared playback driver
+(turns.Playback: its own task, a stop pre-empts the step that is running). So no input waits
+on I/O, and the clock's deadlines fire whatever a socket or the speaker is doing. The turn's
+clock is the shared turns.TurnTimer's; the devices are built by assemble.py.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import logging
 import time
 import wave
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioFormat, AudioStart, AudioStop
@@ -43,16 +44,17 @@ from wyoming.vad import VoiceStarted, VoiceStopped
 from wyoming.wake import Detect, Detection
 
 from ... import startup
-from ...audio.core import CoreSource
 from ...audio.format import CHANNELS, CHUNK_BYTES, RATE, WIDTH
 from ...audio.pcm import AudioFormatError, check_format
 from ...timing import TimingLog, TurnClock
 from ...wire.errors import ErrorCode
 from ...zeroconf import Advertiser, default_name
-from ..endpoint import Endpointer, EndpointKind
+from ..assemble import assemble, cut_on_interrupt, wake_word
+from ..endpoint import EndpointKind
 from ..listener import Heard, Listener
 from ..protocols import AudioSink, AudioSource, EndpointDetector, WakeDetector
 from ..settings import DEFAULT_HA_PORT, SatelliteSettings
+from ..turns import Playback, TurnTimer
 from ..wake import wake_key
 from . import machine as state
 from .connection import Connections, HaConnection
@@ -60,10 +62,12 @@ from .follow import Follow, ha_entity_id
 from .info import satellite_info
 from .sounds import ring_tone
 
+if TYPE_CHECKING:
+    from ...audio.echo import EchoCanceller
+
 _LOGGER = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.1
-STEP_TIMEOUT = 2.0  # one speaker call (queue audio, stop)
 SHUTDOWN_STEP = 0.5  # each part of the shutdown
 HOLD_MAX_BYTES = int(state.Timeouts.max_stream * RATE * WIDTH)  # a held barge-in's audio
 # After the audio core cut a playback on the user's voice, the endpointer's speech-started on
@@ -86,88 +90,6 @@ _PROGRESS = {
 }
 
 
-class Speaker:
-    """Carries out the machine's playback actions in order, on its own task.
-
-    Each call to the sink is bounded; `stop` drops the queued steps and cancels the one
-    running (a drain or a sound) before stopping the sink. A drain needs no bound of its
-    own: the machine's drain deadline stops it.
-    """
-
-    def __init__(
-        self,
-        sink: AudioSink,
-        done: Callable[[int, bool], None],
-        load_sound: Callable[[str], Awaitable[tuple[bytes, AudioFormat]]],
-    ) -> None:
-        self.sink = sink
-        self._done = done  # (generation, was a reply)
-        self._load_sound = load_sound
-        self._steps: deque[tuple[Callable[[], Awaitable[None]], float | None]] = deque()
-        self._ready = asyncio.Event()
-        self._current: asyncio.Task[None] | None = None
-
-    def play(self, audio: bytes, fmt: AudioFormat) -> None:
-        self._add(partial(self.sink.play, audio, fmt), STEP_TIMEOUT)
-
-    def finish(self, generation: int) -> None:
-        self._add(partial(self._finish, generation), None)
-
-    def sound(self, generation: int, name: str) -> None:
-        self._add(partial(self._sound, generation, name), None)
-
-    def stop(self) -> None:
-        self._steps.clear()
-        if self._current is not None:
-            self._current.cancel()
-        self._add(self.sink.stop, STEP_TIMEOUT)
-
-    def _add(self, step: Callable[[], Awaitable[None]], timeout: float | None) -> None:
-        self._steps.append((step, timeout))
-        self._ready.set()
-
-    async def run(self) -> None:
-        try:
-            await self._run()
-        finally:  # stopped: the step running goes too
-            if self._current is not None:
-                self._current.cancel()
-
-    async def _run(self) -> None:
-        while True:
-            if not self._steps:
-                self._ready.clear()
-                await self._ready.wait()
-                continue
-            step, timeout = self._steps.popleft()
-            task = self._current = asyncio.ensure_future(step())
-            try:
-                done, _ = await asyncio.wait({task}, timeout=timeout)
-                if not done:
-                    _LOGGER.warning("The speaker did not answer within %.0f s", timeout)
-                    task.cancel()
-                elif not task.cancelled() and task.exception() is not None:
-                    _LOGGER.error("Speaker step failed", exc_info=task.exception())
-            finally:
-                self._current = None
-
-    async def _finish(self, generation: int) -> None:
-        try:
-            await self.sink.drain()
-        except Exception:
-            _LOGGER.exception("The speaker failed while finishing")
-        self._done(generation, True)
-
-    async def _sound(self, generation: int, name: str) -> None:
-        try:
-            pcm, fmt = await self._load_sound(name)
-            await self.sink.play(pcm, fmt)
-            await self.sink.drain()
-        except Exception:
-            _LOGGER.exception("Cannot play the %s sound", name)
-        self._done(generation, False)
-
-
 class HaSatellite:
     """The satellite's I/O around the state machine."""
 
@@ -180,6 +102,7 @@ class HaSatellite:
         wake: WakeDetector | None = None,
         timeouts: state.Timeouts | None = None,
         remote_wake: bool | None = None,
+        canceller: EchoCanceller | None = None,
     ) -> None:
         self.settings = settings
         self.source = source
@@ -218,7 +141,8 @@ class HaSatellite:
             self.wake_name,
             wake.phrase if wake is not None else None,
         )
-        self.timing = TimingLog(settings.timing_log)
+        self.timer = TurnTimer(TimingLog(settings.timing_log), "ha", settings.vad.silence_ms)
+        self.playback = Playback(sink, canceller)
         self.connections = Connections(
             self.handle_event,
             on_connect=lambda: self._apply(self.machine.connect(time.monotonic())),
@@ -231,10 +155,8 @@ class HaSatellite:
         self._recent: deque[bytes] = deque(maxlen=BARGE_IN_LEAD_CHUNKS)  # the mic's last second
         self._held = bytearray()  # mic audio of a barge-in held until HA's last run ends
         self._stream_ms = 0
-        self._speaker: Speaker | None = None
         self._sounds: dict[str, tuple[bytes, AudioFormat]] = {}
         self._clock: TurnClock | None = None
-        self._turns = 0
         self._server: AsyncServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
@@ -242,9 +164,8 @@ class HaSatellite:
         # the speaker itself when the turn policy says INTERRUPT, over what the machine lets
         # speech stop (a snapshot the loop keeps, read on the audio thread).
         self._barge_in_open = False
-        cut = getattr(sink, "cut", None)
-        if isinstance(source, CoreSource) and cut is not None and wake is None:
-            source.on_interrupt = self._fast_cut
+        if wake is None:
+            cut_on_interrupt(source, self.playback, lambda: self._barge_in_open)
         self.follow: Follow | None = None
         if settings.server:  # our server is HA's agent: speak its reply as it is written
             self.follow = Follow(
@@ -272,11 +193,10 @@ class HaSatellite:
         await server.start(self.connections.factory)
         self._server = server
         _LOGGER.info("Home Assistant satellite listening on %s", self.settings.uri)
-        self._speaker = Speaker(self.sink, self._playback_done, self._load_sound)
         self._tasks = [
             asyncio.create_task(self._mic_loop(), name="satellite mic"),
             asyncio.create_task(self._tick_loop(), name="satellite clock"),
-            asyncio.create_task(self._speaker.run(), name="satellite speaker"),
+            asyncio.create_task(self.playback.run(), name="satellite speaker"),
         ]
         if self.follow is not None:
             self._tasks.append(asyncio.create_task(self.follow.run(), name="satellite follow"))
@@ -312,7 +232,7 @@ class HaSatellite:
         if self.wake is not None:
             self.wake.close()
         self._finish_turn(force=True)
-        self.timing.close()
+        self.timer.close()
 
     def stop(self, code: int = 0) -> None:
         self.exit_code = code
@@ -500,8 +420,7 @@ class HaSatellite:
         self, now: float, wake_word: str | None, speech_start: float | None = None
     ) -> None:
         """The standalone rule over a reply: stop it now, and the speech starts the next run."""
-        take_cut = getattr(self.sink, "take_cut", None)
-        cut_at = take_cut() if take_cut is not None else None  # the audio core's cut, if first
+        cut_at = self.playback.take_cut()  # the audio core's cut, if it came first
         if self._clock is not None:
             self._clock.mark("barge_in", cut_at if cut_at is not None else now)
             self._clock.interrupted = True
@@ -532,13 +451,8 @@ class HaSatellite:
         self._barge_in_open = self.machine.accepts_barge_in and not self.remote_wake
         self._finish_turn()  # the turn clock closes as soon as the machine leaves the turn
 
-    def _fast_cut(self) -> None:
-        """On the audio thread: the turn policy said INTERRUPT on this frame."""
-        if self._barge_in_open:
-            self.sink.cut(hold=True)  # type: ignore[attr-defined]
-
     def _do(self, action: state.Action) -> None:
-        speaker = self._speaker
+        playback = self.playback
         if isinstance(action, state.SendRunPipeline):
             _LOGGER.info("Starting a run: %s → %s", action.start_stage, action.end_stage)
             self.connections.send(
@@ -573,20 +487,21 @@ class HaSatellite:
             self.connections.send(Ping(text="pivoice keepalive").event())
         elif isinstance(action, state.StartPlayback):
             _LOGGER.info("Playing audio at %s Hz", action.fmt.rate)
+            playback.begin()
         elif isinstance(action, state.PlayAudio):
             if self._clock is not None:
                 self._clock.mark_once("tts_first_audio")
-            if speaker is not None:
-                speaker.play(action.audio, action.fmt)
+            playback.play(action.audio, action.fmt)
         elif isinstance(action, state.FinishPlayback):
-            if speaker is not None:
-                speaker.finish(action.generation)
+            playback.finish(partial(self._playback_done, action.generation, True))
         elif isinstance(action, state.StopPlayback):
-            if speaker is not None:
-                speaker.stop()
+            playback.stop()
         elif isinstance(action, state.PlaySound):
-            if speaker is not None:
-                speaker.sound(action.generation, action.name)
+            playback.sound(
+                action.name,
+                partial(self._load_sound, action.name),
+                partial(self._playback_done, action.generation, False),
+            )
         elif isinstance(action, state.StopFollow):
             if self.follow is not None:
                 self.follow.stop()
@@ -608,7 +523,7 @@ class HaSatellite:
 
     def _playback_done(self, generation: int, reply: bool, late: bool = False) -> None:
         """The speaker really played playback `generation` (or failed): tell the machine."""
-        if getattr(self.sink, "cut_at", None) is not None:
+        if self.playback.cut_pending:
             if not late and generation == self.machine.generation:
                 # The audio core cut it on the user's voice: the barge-in that follows ends
                 # it with that speech. Reported first, the reply would end as if played out
@@ -616,15 +531,12 @@ class HaSatellite:
                 loop = asyncio.get_running_loop()
                 loop.call_later(CUT_GRACE, self._playback_done, generation, reply, True)
                 return
-            take_cut = getattr(self.sink, "take_cut", None)
-            if late and take_cut is not None:
-                take_cut()  # no barge-in came: the cut was the policy's alone
+            if late:
+                self.playback.take_cut()  # no barge-in came: the cut was the policy's alone
         now = time.monotonic()
         clock = self._clock
         if reply and clock is not None and generation == self.machine.generation:
-            if self.sink.first_sample_at is not None:
-                clock.mark_once("first_played", self.sink.first_sample_at)
-            clock.mark("playback_done", now)
+            self.timer.played(clock, self.playback, now)
         self._apply(self.machine.playback_done(now, generation))
 
     async def _load_sound(self, name: str) -> tuple[bytes, AudioFormat]:
@@ -640,19 +552,14 @@ class HaSatellite:
 
     def _start_turn(self) -> None:
         self._finish_turn(force=True)
-        self._turns += 1
-        self._clock = TurnClock(
-            turn=self._turns, mode="ha", silence_window_ms=self.settings.vad.silence_ms
-        )
+        self._clock = self.timer.start()
 
     def _finish_turn(self, force: bool = False) -> None:
         clock = self._clock
         if clock is None or (self.machine.in_turn and not force):
             return
         self._clock = None
-        if clock.stamps["playback_done"] is None:
-            clock.fail(f"turn ended {self.machine.describe()} without a played reply")
-        self.timing.write(clock)
+        self.timer.write(clock, f"turn ended {self.machine.describe()} without a played reply")
 
 
 def _progress(kind: str) -> str | None:
@@ -684,27 +591,18 @@ def _read_wav(path: str) -> tuple[bytes, AudioFormat]:
 
 async def serve_ha_satellite(settings: SatelliteSettings) -> int:
     """`wyoming-pivoice satellite --uri …`: runs until the microphone ends or a signal."""
-    from ...audio.core import cancel_echo
-    from ...audio.echo import open_canceller
-    from ...audio.mic import open_source
-    from ...audio.speaker import open_sink
-
     if not settings.uri:
         raise ValueError("Home Assistant mode needs --uri")
-    wake = None
-    if settings.wake_word and not settings.remote_wake:
-        from ..wake import WakeWord, WakeWordError
+    from ..wake import WakeWordError
 
-        try:
-            wake = await asyncio.to_thread(WakeWord, settings.wake_word)
-        except WakeWordError as err:
-            _LOGGER.error("%s", err)
-            return 2
-    endpointer = Endpointer(settings.vad)
-    sink = open_sink(settings.snd)
-    # What HA hears (a follow-up question, its wake word) must not carry the reply's echo.
-    source = cancel_echo(open_source(settings.mic), sink, endpointer, open_canceller(settings.echo))
-    satellite = HaSatellite(settings, source, sink, endpointer, wake)
+    try:
+        local = None if settings.remote_wake else settings.wake_word
+        wake = await asyncio.to_thread(wake_word, local)
+    except WakeWordError as err:
+        _LOGGER.error("%s", err)
+        return 2
+    d = assemble(settings)
+    satellite = HaSatellite(settings, d.source, d.sink, d.endpointer, wake, canceller=d.canceller)
     try:
         server = AsyncServer.from_uri(settings.uri)
     except ValueError as err:

@@ -33,6 +33,7 @@ from enum import Enum
 from wyoming.audio import AudioFormat
 
 from ...audio.pcm import bytes_per_second
+from ..listener import NO_SPEECH_S
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ class Timeouts:
     error_retry: float = 2.0  # remote wake: before re-running a pipeline that failed
     ha_silence: float = 15.0  # HA pings every ~2 s; silence this long means it is gone
     sound: float = 15.0  # a local sound (awake/done/timer) is short
-    no_speech: float = 8.0  # after a wake word (or a remote trigger) with no command spoken
+    no_speech: float = NO_SPEECH_S  # after a wake word (or a remote trigger) with no command spoken
     hold: float = 10.0  # a barge-in waits this long at most for HA's previous run to end
     # Our own ping this often, except while mic audio streams. HA drops a satellite after 5 s
     # of nothing; a 3.5 s stall at load 18.7 left 4.85 s at 0.5 s apart (the interval adds to

@@ -16,7 +16,8 @@
   to the Responder, whose pieces a PhraseSplitter cuts into phrases for the Synthesizer,
   whose audio goes to the player — so the first phrase plays while the LLM still writes.
 - `Player` plays confirmed runs one after the other (nothing of a run plays before its
-  endpoint), stops on barge-in, and writes each turn's timing.
+  endpoint) and stops one on barge-in; the playing and the timing are the shared core's
+  (turns.py: `Playback`, `TurnTimer`), the devices too (assemble.py).
 """
 
 from __future__ import annotations
@@ -27,18 +28,13 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
 
-from .. import startup
-from ..audio.core import CoreSource, cancel_echo
-from ..audio.echo import EchoCanceller, open_canceller
-from ..audio.mic import open_source
-from ..audio.speaker import open_sink
-from ..text import PhraseSplitter
-from ..timing import TimingLog, TurnClock
-from .endpoint import Endpointer
-from .listener import Heard, Listener, WakeWindow
-from .protocols import (
+from ... import startup
+from ...text import PhraseSplitter
+from ...timing import TimingLog, TurnClock
+from ..assemble import assemble, cut_on_interrupt, wake_word
+from ..listener import Heard, Listener, WakeWindow
+from ..protocols import (
     AudioSink,
     AudioSource,
     EndpointEvent,
@@ -46,10 +42,9 @@ from .protocols import (
     Responder,
     Synthesizer,
     Transcriber,
-    WakeDetector,
 )
-from .settings import SatelliteSettings
-from .stages import (
+from ..settings import SatelliteSettings
+from ..stages import (
     AudioPiece,
     HeardMemo,
     Recognizer,
@@ -59,6 +54,7 @@ from .stages import (
     WholeResponder,
     WholeSynthesizer,
 )
+from ..turns import Playback, TurnTimer
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -171,18 +167,19 @@ class Turns:
         self.settings = settings
         self.stages = stages
         self.player = player
+        self.timer = player.timer  # one numbering: the clocks it makes, the lines it writes
         self.on_last_turn = on_last_turn
-        self.count = 0
         self._speech_start: float | None = None
         self._speculation: TurnRun | None = None
         self._cancelled = 0
 
+    @property
+    def count(self) -> int:
+        """Utterances heard so far."""
+        return self.timer.count
+
     def _clock(self) -> TurnClock:
-        vad = self.settings.vad
-        clock = TurnClock(self.count, self.settings.pipeline, vad.silence_ms, vad.speculate_ms)
-        if self._speech_start is not None:
-            clock.mark("speech_start", self._speech_start)
-        return clock
+        return self.timer.clock(self._speech_start)
 
     async def run(
         self, events: asyncio.Queue[EndpointEvent | None], runs: asyncio.Queue[TurnRun | None]
@@ -197,7 +194,7 @@ class Turns:
 
     async def _handle(self, event: EndpointEvent, runs: asyncio.Queue[TurnRun | None]) -> None:
         if event.kind is EndpointKind.SPEECH_STARTED:
-            self.count += 1
+            self.timer.next()
             self._speech_start = event.speech_start
             self._cancelled = 0
             _LOGGER.debug("Turn %d: speech started", self.count)
@@ -244,65 +241,54 @@ class Turns:
 
 
 class Player:
-    """Plays confirmed runs in order; a barge-in stops the one playing."""
+    """Plays confirmed runs in order, through the shared playback driver; a barge-in stops
+    the one playing."""
 
-    def __init__(
-        self, sink: AudioSink, timing: TimingLog, canceller: EchoCanceller | None = None
-    ) -> None:
-        self.sink = sink
-        self.timing = timing
-        self.canceller = canceller
+    def __init__(self, playback: Playback, timer: TurnTimer) -> None:
+        self.playback = playback
+        self.timer = timer
         self.playing = False
         self.turns = 0
         self._current: TurnRun | None = None
         self._interrupted = False
 
     async def run(self, runs: asyncio.Queue[TurnRun | None]) -> None:
-        while (run := await runs.get()) is not None:
-            await self._play(run)
-            self.timing.write(run.clock)
-            self.turns += 1
+        async with self.playback.running():
+            while (run := await runs.get()) is not None:
+                await self._play(run)
+                self.timer.write(run.clock)
+                self.turns += 1
 
     async def _play(self, run: TurnRun) -> None:
         self._current, self._interrupted = run, False
-        clock = run.clock
+        playback = self.playback
         played = False
-        runs = 0  # the reply's audio runs (phrases) begun on the speaker
-        take_cut = getattr(self.sink, "take_cut", None)
-        if take_cut is not None:
-            take_cut()  # a cut before this reply is not its own
+        playback.take_cut()  # a cut before this reply is not its own
+        playback.begin()
         try:
             while (piece := await run.audio.get()) is not None and not self._interrupted:
-                if not played:
-                    played = self.playing = True
-                    if self.canceller is not None:
-                        self.canceller.take_stats()  # what was heard before this reply
-                runs = max(runs, piece.run + 1)
-                await self.sink.play(piece.pcm, piece.fmt)
-                if self._cut_by_core(run, take_cut):
+                played = self.playing = True
+                playback.play(piece.pcm, piece.fmt, piece.run)
+                if self._cut_by_core(run):
                     break
             if played and not self._interrupted:
-                await self.sink.drain()
-                self._cut_by_core(run, take_cut)
+                await playback.drained()
+                self._cut_by_core(run)
             await asyncio.wait({run.task})
         finally:
             self.playing = False
             self._current = None
         if played:
-            if self.sink.first_sample_at is not None:
-                clock.mark("first_played", self.sink.first_sample_at)
-            clock.mark("playback_done")
-            if self.canceller is not None:
-                clock.echo = self.canceller.take_stats().as_dict()
+            self.timer.played(run.clock, playback)
         if self._interrupted:
-            clock.interrupted = True
+            run.clock.interrupted = True
             # The server keeps only what began to play (a phrase the user heard the start of).
-            run.stages.memo.heard = " ".join(run.phrases[:runs])
+            run.stages.memo.heard = " ".join(run.phrases[: playback.runs])
 
-    def _cut_by_core(self, run: TurnRun, take_cut: Callable[[], float | None] | None) -> bool:
+    def _cut_by_core(self, run: TurnRun) -> bool:
         """The audio core stopped the speaker on a barge-in before the loop heard of it: the
         turn is interrupted as if `interrupt` had been called then."""
-        at = take_cut() if take_cut is not None else None
+        at = self.playback.take_cut()
         if at is None:
             return False
         _LOGGER.info("Barge-in: the reply of turn %d was stopped", run.clock.turn)
@@ -319,7 +305,7 @@ class Player:
         _LOGGER.info("Barge-in: stopping the reply of turn %d", run.clock.turn)
         run.clock.mark("barge_in")
         self._interrupted = True
-        await self.sink.stop()
+        await self.playback.stop()
         self.playing = False
         await run.cancel()
 
@@ -345,25 +331,19 @@ class Satellite:
         if not settings.server:
             raise ValueError("standalone mode needs --server tcp://HOST:PORT")
         self.settings = settings
-        self.sink = sink or open_sink(settings.snd)
-        self.endpointer = Endpointer(settings.vad)
-        # The microphone hears the speaker: the canceller takes what the sink plays out of it.
-        self.canceller = open_canceller(settings.echo)
-        self.source: AudioSource = cancel_echo(
-            source or open_source(settings.mic), self.sink, self.endpointer, self.canceller
-        )
-        cut = getattr(self.sink, "cut", None)
-        if isinstance(self.source, CoreSource) and settings.barge_in and not settings.wake_word:
+        ends = assemble(settings, source, sink)
+        self.source, self.sink, self.endpointer = ends.source, ends.sink, ends.endpointer
+        self.canceller = ends.canceller
+        self.playback = Playback(self.sink, self.canceller)
+        if settings.barge_in and not settings.wake_word:
             # The audio core stops the speaker itself on a barge-in, not waiting for the loop.
-            self.source.on_interrupt = partial(cut, hold=True) if cut is not None else None
+            cut_on_interrupt(self.source, self.playback, lambda: True)
         self.link = ServerLink(settings.server, retry_seconds=settings.server_retry_s)
-        self.wake: WakeDetector | None = None
-        if settings.wake_word:
-            from .wake import WakeWord
-
-            self.wake = WakeWord(settings.wake_word)
+        self.wake = wake_word(settings.wake_word)
         self.timing = timing or TimingLog(settings.timing_log)
-        self.player = Player(self.sink, self.timing, self.canceller)
+        vad = settings.vad
+        timer = TurnTimer(self.timing, settings.pipeline, vad.silence_ms, vad.speculate_ms)
+        self.player = Player(self.playback, timer)
         self.listener = Listener(self.source, self.endpointer, self.wake)
         # With a wake word, speech reaches the endpointer only after it: the word itself barges in.
         on_wake = self.player.interrupt if settings.barge_in else None
