@@ -136,7 +136,31 @@ class WavSource:
         self._done = True
 
 
-class CommandSource:
+class _PacedStream:
+    """A byte stream cut into 512-sample chunks and, when paced, handed out at real time:
+    what the command and stdin sources share; each says how to `_fill` the chunker."""
+
+    def __init__(self, max_lead: float | None) -> None:
+        self._pacer = mic_pacer(max_lead) if max_lead is not None else None
+        self._chunker = _Chunker()
+        self._ended = False  # no more bytes will come: hand out the rest
+
+    async def read(self) -> bytes | None:
+        while True:
+            chunk = self._chunker.take()
+            if chunk is not None:
+                if self._pacer is not None:
+                    await self._pacer.advance(CHUNK_SECONDS)
+                return chunk
+            if self._ended:
+                return self._chunker.rest()
+            await self._fill()
+
+    async def _fill(self) -> None:
+        raise NotImplementedError
+
+
+class CommandSource(_PacedStream):
     """A command that writes raw s16le 16 kHz mono to stdout (e.g. `arecord … -t raw`).
 
     Exit status 0 at end of output ends the stream; any other exit (or a failure to
@@ -144,12 +168,10 @@ class CommandSource:
     """
 
     def __init__(self, command: str, max_lead: float | None = DEFAULT_MAX_LEAD) -> None:
+        super().__init__(max_lead)
         self.command = command
-        self._pacer = mic_pacer(max_lead) if max_lead is not None else None
         self._proc: asyncio.subprocess.Process | None = None
-        self._chunker = _Chunker()
         self._backoff = Backoff()
-        self._ended = False
         self._closed = False
         self._proc_bytes = 0  # from the running command: odd means it stopped mid-sample
         self.stall_seconds = MIC_STALL_SECONDS
@@ -166,17 +188,6 @@ class CommandSource:
         )
         self._proc_bytes = 0
         _LOGGER.debug("Microphone command started (pid %s): %s", self._proc.pid, self.command)
-
-    async def read(self) -> bytes | None:
-        while True:
-            chunk = self._chunker.take()
-            if chunk is not None:
-                if self._pacer is not None:
-                    await self._pacer.advance(CHUNK_SECONDS)
-                return chunk
-            if self._ended or self._closed:
-                return self._chunker.rest()
-            await self._fill()
 
     async def _fill(self) -> None:
         proc = self._proc
@@ -231,21 +242,19 @@ class CommandSource:
             self._proc = None
 
     async def close(self) -> None:
-        self._closed = True
+        self._closed = self._ended = True
         proc, self._proc = self._proc, None
         if proc is not None:
             await end_command(proc)  # its whole group: the shell's children too
 
 
-class StdinSource:
+class StdinSource(_PacedStream):
     """Raw s16le 16 kHz mono on our own standard input (a pipe, or a file redirected in)."""
 
     def __init__(self, max_lead: float | None = DEFAULT_MAX_LEAD) -> None:
-        self._pacer = mic_pacer(max_lead) if max_lead is not None else None
+        super().__init__(max_lead)
         self._reader: asyncio.StreamReader | None = None
         self._transport: asyncio.BaseTransport | None = None
-        self._chunker = _Chunker()
-        self._ended = False
 
     async def open(self) -> None:
         loop = asyncio.get_running_loop()
@@ -264,20 +273,12 @@ class StdinSource:
         stdin = cast(io.BufferedReader, sys.stdin.buffer)  # a buffered binary stream
         return await asyncio.to_thread(stdin.read1, CHUNK_BYTES * 4)
 
-    async def read(self) -> bytes | None:
-        while True:
-            chunk = self._chunker.take()
-            if chunk is not None:
-                if self._pacer is not None:
-                    await self._pacer.advance(CHUNK_SECONDS)
-                return chunk
-            if self._ended:
-                return self._chunker.rest()
-            data = await self._read_some()
-            if data:
-                self._chunker.add(data)
-            else:
-                self._ended = True
+    async def _fill(self) -> None:
+        data = await self._read_some()
+        if data:
+            self._chunker.add(data)
+        else:
+            self._ended = True
 
     async def close(self) -> None:
         self._ended = True

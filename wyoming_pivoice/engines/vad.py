@@ -6,11 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..audio.format import CHUNK_SAMPLES, RATE
 from ..models import silero_vad_onnx
 from .protocols import EngineDescription
 
-SAMPLE_RATE = 16000
-CHUNK_SAMPLES = 512  # 32 ms: the chunk size Silero is trained on at 16 kHz
 CONTEXT_SAMPLES = 64  # Silero v5+ sees the previous chunk's last 64 samples
 
 
@@ -71,7 +70,7 @@ class SileroVad:
                 {
                     "input": window[np.newaxis, :],
                     "state": self._state,
-                    "sr": np.array(SAMPLE_RATE, dtype=np.int64),
+                    "sr": np.array(RATE, dtype=np.int64),
                 },
             )
         return float(np.asarray(probs).reshape(-1)[0])
