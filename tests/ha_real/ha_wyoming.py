@@ -349,6 +349,7 @@ async def test_pipeline_through_our_satellite(
             events=[str(e.type) for e in events],
             played_rate=rate,
             played_seconds=seconds,
+            first_sound_ms=first_sound_ms(out / "timing.jsonl"),
             run_s=round(time.monotonic() - began, 2),
         )
         assert not errors, errors
