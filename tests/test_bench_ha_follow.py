@@ -3,6 +3,10 @@ medians per mode, the per-round difference against standalone, and the follow's 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from pivoice_lab.bench import ha_follow
 
 
@@ -31,3 +35,21 @@ def test_summary_takes_per_round_differences_and_counts_the_follows() -> None:
          "summary": ha_follow.summarize(turns)}
     )  # fmt: skip
     assert "+200 ms" in text and "2/3" in text
+
+
+@pytest.mark.slow
+def test_one_round_through_the_real_satellites_and_server(tmp_path: Path) -> None:
+    """One round of `bench --ha-follow`: every mode spoke the same fixed reply, the following
+    satellite played ours and dropped HA's copy (one playback). Speed is not asserted."""
+    result = ha_follow.run(1, tmp_path, silence_ms=300)
+    turns = result["turns"]
+    assert {(t["kind"], t["mode"]) for t in turns} == {
+        (kind, mode) for kind in ha_follow.REPLIES for mode in ha_follow.MODES
+    }
+    for t in turns:
+        assert t["same_reply"] and t["first_sound_ms"] is not None, t
+        if t["mode"] != "standalone":
+            assert t["playbacks"] == 1, t
+            following = t["mode"] == "ha_following"
+            assert t["ours_played"] is following and t["has_copy_dropped"] is following, t
+    assert "following − standalone" in ha_follow.render(result)
