@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import REPO, words
+from .helpers import REPO, exchange, read_wav, transcribe_events, words
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ def ready_versions() -> set[str]:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_real_home_assistant(version: str, tmp_path: Path) -> None:
+async def test_real_home_assistant(version: str, tmp_path: Path, server_port: int) -> None:
     if os.geteuid() != 0:
         pytest.skip("script/ha-real needs root (debootstrap, chroot, unshare)")
     if version not in ready_versions():
@@ -69,6 +69,16 @@ def test_real_home_assistant(version: str, tmp_path: Path) -> None:
     assert {"stt-end", "intent-end", "tts-end", "run-end"} <= set(pipeline["events"]), pipeline
     assert {"kitchen", "lights"} <= words(pipeline["heard"]), pipeline
     assert pipeline["played_seconds"] > 0.5, pipeline
-    assert len(seen["follow"]["joined"]) == 1, seen["follow"]  # our server joined HA's turn
+    follow = seen["follow"]
+    assert len(follow["joined"]) == 1, follow  # our server joined HA's turn to the satellite
+    # … which played our streamed reply and dropped HA's copy of it: one playback in all.
+    assert follow["ours_played"] and follow["dropped_has_copy"], follow
+    assert follow["played_files"] == 1, follow
+    [wav] = list((out / "played-follow").glob("*.wav"))
+    pcm, rate, _, _ = read_wav(wav)
+    replies = await exchange(server_port, transcribe_events(pcm, rate), until="transcript")
+    heard = words(replies[-1].data["text"])
+    said = words(follow["reply"])
+    assert len(heard & said) >= 0.6 * len(said), (heard, said)  # the played words: the reply
     # The satellite's own WAV of what it played, as the script kept it.
     assert list((out / "played").glob("*.wav")), list(out.iterdir())

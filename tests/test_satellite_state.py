@@ -839,3 +839,25 @@ def test_no_follow_outside_a_run_or_after_a_stop_word() -> None:
     sat.trigger(1.0)
     sat.transcript(1.5, "Stop.")
     assert sat.follow_joined(1.6) == [] and not sat.following
+
+
+def test_the_last_runs_synthesize_does_not_drop_this_runs_followed_reply() -> None:
+    """Our `handled` comes before HA's `synthesize` of the same reply: the words HA spoke in
+    the run before are no mismatch (session 9: the second turn of a connection was cut)."""
+    sat = waiting()
+    sat.follow_joined(2.2)
+    sat.follow_audio(2.5, b"a" * 100, PIPER)
+    sat.follow_text(2.6, "Hi.")
+    sat.progress(2.7, "synthesize", "Hi.")
+    sat.follow_done(2.8)
+    sat.playback_done(3.0, 1)
+    sat.audio_start(3.1, TTS), sat.audio_stop(3.2)  # HA's copy, dropped
+    sat.trigger(5.0)
+    sat.endpoint(6.0)
+    sat.transcript(6.1, "tell me more")
+    sat.follow_joined(6.2)
+    sat.follow_audio(6.5, b"b" * 100, PIPER)
+    assert sat.follow_text(6.6, "Once upon a time. The end.") == []  # nothing stops
+    assert sat.playback is not Playback.IDLE and sat.following
+    assert sat.progress(6.7, "synthesize", "Once upon a time. The end.") == []
+    assert sat.audio_start(7.0, TTS) == []  # HA's copy of this one: dropped

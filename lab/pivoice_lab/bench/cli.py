@@ -167,6 +167,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     knowledge.add_argument("--knowledge-mb", type=float, default=10.0, help="notes to generate")
 
     parser.add_argument(
+        "--ha-follow",
+        action="store_true",
+        help="first sound of the same reply standalone and in Home Assistant mode (following "
+        "our server, and HA's own audio) against a stand-in of HA 2026.10's pipeline; the "
+        "server's LLM is a fixed-reply engine so the replies are equal (alone: it skips the "
+        "rest); --rounds (default 5) rounds of a one- and a three-sentence reply",
+    )
+    parser.add_argument(
         "--wer",
         action="store_true",
         help="word error rate on the household corpus (59 commands and questions, 8 voices, "
@@ -236,7 +244,12 @@ def run(args: argparse.Namespace) -> int:
     if logging.getLogger().level < logging.WARNING:
         for name in ("wyoming_pivoice.satellite", "wyoming_pivoice.timing", "faster_whisper"):
             logging.getLogger(name).setLevel(logging.WARNING)
-    if args.knowledge:  # its own section, in this process (bench/knowledge.py)
+    if args.ha_follow:  # its own section (bench/ha_follow.py)
+        from . import ha_follow
+
+        result = ha_follow.run(args.rounds or 5, args.workdir, args.vad_silence_ms)
+        sys.stdout.write(ha_follow.render(result))
+    elif args.knowledge:  # its own section, in this process (bench/knowledge.py)
         from . import knowledge
 
         result = knowledge.run(args.knowledge_mb, args.rounds or 3, args.workdir)

@@ -146,8 +146,10 @@ class Follow:
         if event.type == REPLY_START:
             self.stop()
             if self._on_joined():
+                _LOGGER.info("Our server joined this turn: speaking its reply as it is written")
                 self._start()
             else:  # not for this run (a stop word, HA already speaking): HA's TTS may go
+                _LOGGER.info("Our server joined a turn this run does not follow: HA's audio plays")
                 self._spoken()
         elif HandledChunk.is_type(event.type) and self._phrases is not None:
             assert self._splitter is not None
@@ -173,8 +175,12 @@ class Follow:
         audio: asyncio.Queue[AudioPiece | None] = asyncio.Queue()
         clock = self._clock() or TurnClock(0, "ha-follow")
         tts = asyncio.create_task(StreamingSynthesizer(self.link).speak(phrases, audio, clock))
+        first = True
         try:
             while (piece := await audio.get()) is not None:
+                if first:
+                    _LOGGER.info("Playing our server's reply to this turn (followed)")
+                    first = False
                 self._on_audio(piece)
             await tts
         except asyncio.CancelledError:

@@ -681,6 +681,10 @@ class SatelliteMachine:
             return []
         self._follow, self._follow_text = "joined", None
         self._follow_until = now + self.timeouts.response
+        # HA's `synthesize` of this run comes after the join: the one before is an earlier
+        # run's, and compared with this reply it dropped ours mid-sentence (bench --ha-follow:
+        # the second turn of one connection, whose `handled` came before HA's `synthesize`).
+        self._ha_synth_text = None
         return []
 
     def follow_audio(self, now: float, audio: bytes, fmt: AudioFormat) -> list[Action]:
