@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 from ..satellite.endpoint import Endpointer
 from ..satellite.protocols import AudioSink, AudioSource, Hearing
-from ..satellite.turn_policy import Decision, Evidence, decide
+from ..satellite.turn_policy import Decision, Evidence, TurnPolicy, decide
 from .echo import EchoCanceller
 from .format import CHUNK_SECONDS
 from .mic import WavSource
@@ -80,8 +80,7 @@ class CoreSource:
         # policy says INTERRUPT (the standalone pipeline sets it: the speaker's `cut`).
         self.on_interrupt: Callable[[], None] | None = None
         self._read: asyncio.Future[bytes | None] | None = None
-        self._fast_voiced = 0
-        self._fast_ignored = 0
+        self._fast = FastBargeIn(endpointer.logic.policy if endpointer else TurnPolicy())
         if endpointer is not None:
             endpointer.frame_probability = self._probability_of
             endpointer.on_reset = self._reset_vad.set
@@ -245,30 +244,50 @@ class CoreSource:
         is certain, however late the event loop runs; the endpointer's SPEECH_STARTED then
         ends the turn's run as usual."""
         endpointer = self.endpointer
-        if self.on_interrupt is None or endpointer is None or endpointer.in_speech:
-            self._fast_voiced = self._fast_ignored = 0
+        if self.on_interrupt is None or endpointer is None:
             return
-        decision = decide(evidence, self._fast_voiced, endpointer.logic.policy)
+        if not self._fast.step(evidence, endpointer.in_speech):
+            return
+        decided = time.monotonic()
+        self.on_interrupt()
+        # Where a barge-in's time goes: the chunk's capture → the decision (the mic's
+        # transport and this thread) → the cut (the speaker's lock, AEC3's second filter).
+        _LOGGER.info(
+            "Barge-in on the audio thread at %.3f: chunk captured %.0f ms before, cut in %.0f ms",
+            decided,
+            (decided - captured) * 1000,
+            (time.monotonic() - decided) * 1000,
+        )
+
+
+class FastBargeIn:
+    """The turn policy frame by frame on the audio thread, for barge-in alone: True when a
+    reply must stop now. The core runs it on every chunk; the lab's offline evaluator runs
+    the same object on a recorded scene, so what it measures is what the satellite does."""
+
+    def __init__(self, policy: TurnPolicy) -> None:
+        self.policy = policy
+        self._voiced = 0
+        self._ignored = 0
+
+    def step(self, evidence: Evidence, in_speech: bool) -> bool:
+        """One chunk's evidence; `in_speech`: the endpointer already has an utterance (its
+        own start decides then)."""
+        if in_speech:
+            self._voiced = self._ignored = 0
+            return False
+        decision = decide(evidence, self._voiced, self.policy)
         if decision is Decision.IGNORE:
-            self._fast_ignored += 1
-            if self._fast_ignored >= FAST_FORGET_FRAMES:
-                self._fast_voiced = 0
-            return
-        self._fast_ignored = 0
-        self._fast_voiced += 1
+            self._ignored += 1
+            if self._ignored >= FAST_FORGET_FRAMES:
+                self._voiced = 0
+            return False
+        self._ignored = 0
+        self._voiced += 1
         if decision is Decision.INTERRUPT:
-            self._fast_voiced = 0
-            decided = time.monotonic()
-            self.on_interrupt()
-            # Where a barge-in's time goes: the chunk's capture → the decision (the mic's
-            # transport and this thread) → the cut (the speaker's lock, AEC3's second filter).
-            _LOGGER.info(
-                "Barge-in on the audio thread at %.3f: chunk captured %.0f ms before, "
-                "cut in %.0f ms",
-                decided,
-                (decided - captured) * 1000,
-                (time.monotonic() - decided) * 1000,
-            )
+            self._voiced = 0
+            return True
+        return False
 
 
 def cancel_echo(
