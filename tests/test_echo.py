@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 import wave
 
@@ -228,43 +227,19 @@ def test_a_barge_in_keeps_the_filter_and_tries_a_fresh_one_beside_it(
     assert whole >= max(kept_whole, fresh_whole) - 3, (whole, kept_whole, fresh_whole)
 
 
-def test_after_a_barge_in_the_estimate_counts_on_less_cancelling_until_it_measures_again():
-    """The next reply's filters are new to it: the ERLE from before the barge-in is counted
-    on 10 dB less (its leaks would pass as the user), the room's coupling as it was; a
-    window measured afterwards ends the doubt."""
-    from wyoming_pivoice.audio.echo import BARGE_IN_ERLE_DROP_DB, MAX_ERLE_DB, EchoEstimate
+def test_after_a_barge_in_the_estimate_counts_on_no_cancelling_until_it_measures_again():
+    """The next reply's filters are new to it: the ERLE from before the barge-in is not
+    assumed (its leaks would pass as the user), the room's coupling is."""
+    from wyoming_pivoice.audio.echo import EchoEstimate
 
     estimate = EchoEstimate()
-    loud = 1e-2
-    for _ in range(200):  # 2 s of reply: coupling −6 dB, 30 dB cancelled (counted as 25)
+    loud, floor = 1e-2, 1e-7
+    for _ in range(200):  # 2 s of reply: coupling −6 dB, 30 dB cancelled
         estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
-    assert estimate.erle_db == pytest.approx(MAX_ERLE_DB, abs=0.5)
+    assert estimate.erle_db == pytest.approx(30, abs=0.5)
     coupling = estimate.coupling_db
-    trusted = estimate.expected_residual()
-    estimate.distrust_erle()
+    estimate.forget_erle()
+    assert estimate.erle_db == 0.0
     assert estimate.coupling_db == coupling
-    doubted = estimate.expected_residual()
-    assert 10 * math.log10(doubted / trusted) == pytest.approx(BARGE_IN_ERLE_DROP_DB, abs=1.0)
-    for _ in range(50):  # one more window measured: trusted again
-        estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
-    assert estimate.expected_residual() == pytest.approx(trusted, rel=0.1)
-
-
-def test_a_reply_s_first_half_second_counts_on_less_cancelling():
-    """A reply that starts after a second of silence: its first 0.5 s are judged with the
-    ERLE less ONSET_ERLE_DROP_DB (the filter heard may still be re-adapting), then in full."""
-    from wyoming_pivoice.audio.echo import ONSET_ERLE_DROP_DB, EchoEstimate
-
-    estimate = EchoEstimate()
-    loud = 1e-2
-    for _ in range(200):
-        estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
-    trusted = estimate.expected_residual()
-    for _ in range(120):  # 1.2 s of silence, its tail gone
-        estimate.frame(0.0, 1e-7, 1e-7, audible=False, echo=False)
-    estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
-    onset = estimate.expected_residual()
-    assert 10 * math.log10(onset / trusted) == pytest.approx(ONSET_ERLE_DROP_DB, abs=1.0)
-    for _ in range(60):
-        estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
-    assert estimate.expected_residual() == pytest.approx(trusted, rel=0.1)
+    # ...so the echo alone is expected at its full level: only a voice over it interrupts.
+    assert estimate.expected_residual() >= loud / 4 * 0.9 + floor

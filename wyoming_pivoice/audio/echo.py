@@ -64,17 +64,9 @@ FLOOR_WINDOW_FRAMES = 50
 # A window where the microphone stands this far over the echo expected of it holds the
 # user's voice: it tells nothing of what the canceller achieves.
 USER_IN_WINDOW_DB = 3.0
-# A quiet window can measure 30-40 dB, which the next window's leak (a filter re-adapting
-# as the reply's spectrum moves) does not keep: counting on it let leaks through as the user.
-MAX_ERLE_DB = 25.0
+MAX_ERLE_DB = 40.0
 ONSET_QUIET_FRAMES = 100  # a reference silent this long (1 s) and sounding again: a reply starts
 ONSET_FRAMES = 50  # its first 0.5 s
-# In a reply's first ONSET_FRAMES, and after a barge-in until a window measures the filters
-# again, the estimate counts on this much less cancelling than it last measured. Not on none:
-# with ERLE 0 there, a voice at the echo's level over the reply after a barge-in was heard
-# in 6 of 18 offline scenes (−3 dB/250 ms); with the drop, 14 of 18, and no false start.
-ONSET_ERLE_DROP_DB = 10.0
-BARGE_IN_ERLE_DROP_DB = 10.0
 # After a barge-in a fresh AEC3 runs beside the live one (see EchoCanceller) and the better
 # of the two over windows of this many 10 ms frames of reply is heard; after TRIAL_WINDOWS
 # windows without the user's voice the worse one is dropped.
@@ -141,8 +133,7 @@ class EchoEstimate:
       per window of audible frames; the lowest of the last few (the user's voice only ever
       adds energy). Unknown: assumed 0 dB, the loudest echo a room gives.
     - ERLE: microphone over residual energy in the windows without the user's voice; the
-      median of the last few, at most MAX_ERLE_DB. Unknown: 0. Counted on less in a reply's
-      first half second and after a barge-in (the *_ERLE_DROP_DB).
+      median of the last few. Unknown: 0.
     - noise floor: the microphone's energy while nothing plays, lowest of recent windows.
     """
 
@@ -157,7 +148,6 @@ class EchoEstimate:
         self._recent: deque[float] = deque(maxlen=RECENT_FRAMES)  # reference frame energies
         self._silent_frames = ONSET_QUIET_FRAMES  # reference frames in a row without sound
         self._since_onset = 0  # audible frames since a reply's first sound
-        self._after_barge_in = False  # no ERLE window measured since a barge-in
 
     @property
     def coupling_db(self) -> float | None:
@@ -207,19 +197,17 @@ class EchoEstimate:
         if known is None or coupling <= known + USER_IN_WINDOW_DB:
             erle = _db(max(self._mic - floor, 1e-12) / max(self._out - floor, 1e-12))
             self._erles.append(min(max(erle, 0.0), MAX_ERLE_DB))
-            self._after_barge_in = False
         self._couplings.append(max(coupling, -90.0))
         self._ref = self._mic = self._out = 0.0
         self._frames = 0
 
-    def distrust_erle(self) -> None:
-        """A barge-in: the reply after it plays with filters that adapted through the voice,
-        or start afresh, so until a window measures them the estimate counts on
-        BARGE_IN_ERLE_DROP_DB less. Counting on the full ERLE from before let their leaks
-        through as the user (−3 dB/250 ms, RT60 0.7, load 9-10: 2 of 3 runs made a turn of
-        the next reply's own echo); counting on none missed the user over that reply. The
-        coupling is the room's and stays."""
-        self._after_barge_in = True
+    def forget_erle(self) -> None:
+        """A barge-in: what the canceller achieved is not known again until measured. The
+        reply after one plays on a new speaker command with filters that adapted through the
+        voice or start afresh; counting on the ERLE from before it let their leaks through
+        as the user (the room at −3 dB/250 ms, RT60 0.7, load 9-10: 2 of 3 runs made a turn
+        of the next reply's own echo). The coupling is the room's and stays."""
+        self._erles.clear()
 
     @property
     def no_echo(self) -> bool:
@@ -235,14 +223,9 @@ class EchoEstimate:
         # A reply's first moments: the filter heard may still be the one that adapted
         # through the user's voice over the last reply (a barge-in's trial judges the two
         # filters only as the reply plays), and leaks until it re-adapts (measured with a
-        # restart: a self-made turn 0.3 s into the next reply). Count on less cancelling
-        # then, and after a barge-in until measured again.
-        drop = 0.0
-        if self._since_onset < ONSET_FRAMES:
-            drop = ONSET_ERLE_DROP_DB
-        if self._after_barge_in:
-            drop = max(drop, BARGE_IN_ERLE_DROP_DB)
-        erle = max(self.erle_db - drop, 0.0)
+        # restart: a self-made turn 0.3 s into the next reply). Count on no cancelling for
+        # its first 0.5 s: only a voice louder than the echo itself interrupts then.
+        erle = self.erle_db if self._since_onset >= ONSET_FRAMES else 0.0
         return echo / 10 ** (erle / 10) + self.floor
 
 
@@ -399,7 +382,7 @@ class EchoCanceller:
             self._barge_in()
 
     def _barge_in(self) -> None:
-        self.estimate.distrust_erle()
+        self.estimate.forget_erle()
         if not self.settings.echo_cancellation:
             return
         if self._second is not None and self._use_second:
