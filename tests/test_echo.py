@@ -243,3 +243,28 @@ def test_after_a_barge_in_the_estimate_counts_on_no_cancelling_until_it_measures
     assert estimate.coupling_db == coupling
     # ...so the echo alone is expected at its full level: only a voice over it interrupts.
     assert estimate.expected_residual() >= loud / 4 * 0.9 + floor
+
+
+def test_replies_shorter_than_the_echo_delay_keep_the_room_coupled():
+    """A 0.3 s reply whose echo arrives 310 ms late (a 250 ms room, the speaker's buffer): its
+    echo lands after the reference fell silent. Measured only while the reference sounded,
+    such windows held no echo, the room passed for a headset (no_echo) and the canceller's
+    output was dropped (bench, load 4: 4 self-made turns in 11 replies)."""
+    from wyoming_pivoice.audio.echo import EchoEstimate
+
+    estimate = EchoEstimate()
+    loud, floor, delay = 1e-2, 1e-7, 31
+
+    def reply(frames: int) -> None:
+        refs = [loud] * frames + [0.0] * (delay + 70)
+        for i, ref in enumerate(refs):
+            echo = refs[i - delay] / 2 if i >= delay else 0.0  # coupling −3 dB
+            estimate.frame(ref, echo + floor, echo / 100 + floor, audible=ref > 0, echo=True)
+        for _ in range(150):
+            estimate.frame(0.0, floor, floor, audible=False, echo=False)
+
+    reply(230)
+    for _ in range(10):
+        reply(30)
+        assert not estimate.no_echo
+        assert estimate.coupling_db is not None and estimate.coupling_db > -8, estimate.coupling_db

@@ -139,7 +139,8 @@ class EchoEstimate:
 
     def __init__(self) -> None:
         self._ref = self._mic = self._out = 0.0
-        self._frames = 0
+        self._frames = 0  # audible reference frames in the window
+        self._mic_frames = 0  # frames that may hold echo in the window (the tail too)
         self._couplings: deque[float] = deque(maxlen=WINDOWS_KEPT)
         self._erles: deque[float] = deque(maxlen=WINDOWS_KEPT)
         self._floors: deque[float] = deque(maxlen=20)
@@ -182,15 +183,22 @@ class EchoEstimate:
                 self._quiet, self._quiet_frames = 0.0, 0
             return
         self._quiet, self._quiet_frames = 0.0, 0
+        # The echo of what plays arrives a delay later, in the reply's tail too: the
+        # microphone is counted over every frame that may hold echo, the reference over the
+        # audible ones. Counting the microphone only while the reference sounded missed the
+        # echo of replies shorter than the delay (a 0.3 s "A:" at 250 ms, load 4): their
+        # windows measured no coupling, the room passed for a headset, and the canceller's
+        # output was dropped — its echo made turns (4 in 11 replies).
+        self._mic += mic
+        self._out += out
+        self._mic_frames += 1
         if not audible:
             return
         self._ref += ref
-        self._mic += mic
-        self._out += out
         self._frames += 1
         if self._frames < WINDOW_FRAMES:
             return
-        floor = self.floor * self._frames
+        floor = self.floor * self._mic_frames
         echo_energy = max(self._mic - floor, 1e-12)
         coupling = _db(echo_energy / max(self._ref, 1e-12))
         known = self.coupling_db
@@ -199,7 +207,7 @@ class EchoEstimate:
             self._erles.append(min(max(erle, 0.0), MAX_ERLE_DB))
         self._couplings.append(max(coupling, -90.0))
         self._ref = self._mic = self._out = 0.0
-        self._frames = 0
+        self._frames = self._mic_frames = 0
 
     def forget_erle(self) -> None:
         """A barge-in: what the canceller achieved is not known again until measured. The
