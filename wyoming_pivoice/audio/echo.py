@@ -130,7 +130,8 @@ class EchoEstimate:
     canceller takes out, from the frames that play: the evidence turn_policy weighs.
 
     - coupling: echo energy (the microphone's, less the noise floor) over reference energy,
-      per window of audible frames; the lowest of the last few (the user's voice only ever
+      per window of audible reference frames (the microphone counted over their tail too,
+      where a delayed echo lands); the lowest of the last few (the user's voice only ever
       adds energy). Unknown: assumed 0 dB, the loudest echo a room gives.
     - ERLE: microphone over residual energy in the windows without the user's voice; the
       median of the last few. Unknown: 0.
@@ -203,7 +204,7 @@ class EchoEstimate:
         coupling = _db(echo_energy / max(self._ref, 1e-12))
         known = self.coupling_db
         if known is None or coupling <= known + USER_IN_WINDOW_DB:
-            erle = _db(max(self._mic - floor, 1e-12) / max(self._out - floor, 1e-12))
+            erle = _db(echo_energy / max(self._out - floor, 1e-12))
             self._erles.append(min(max(erle, 0.0), MAX_ERLE_DB))
         self._couplings.append(max(coupling, -90.0))
         self._ref = self._mic = self._out = 0.0
