@@ -50,6 +50,9 @@ MIC_BACKLOG_S = 2.0  # a microphone reader further behind than this is dropped
 # phrase synthesized late under load leaves a gap inside a reply (0.8 s split replies at
 # load 12); the bench asks its next question once a reply has ended.
 REPLY_GAP_S = 1.5
+# Recordings keep at most this much (then stop growing): 10 min at 16 kHz is 38 MB of float32
+# a stream, and a bench room runs ≤ 6 min.
+RECORD_LIMIT_S = 600.0
 
 
 def _raise_priority() -> tuple[int, int] | None:
@@ -112,7 +115,11 @@ class _Speaker:
     reply: Reply | None = None  # the reply it plays now
     quiet_s: float = 0.0  # silence since its last sound
     done_at: float | None = None
+    playing: bool = False  # it has played its first sample
     _fifo: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    # The same audio as handed over (16 kHz, before the speaker's clock and distortion),
+    # taken in step with _fifo: the reference placed by hand where it played.
+    _source: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     _space: asyncio.Event = field(default_factory=asyncio.Event)
     _done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -141,9 +148,18 @@ class Room:
         self.mic_path = folder / "mic.sock"
         self.speaker_path = folder / "speaker.sock"
         self.replies: list[Reply] = []
+        # (room time, samples): ticks where an open speaker had less than a block to play
+        # (its command came late): the device ran dry and played that much silence.
+        self.underruns: list[tuple[float, int]] = []
         self._speakers: list[_Speaker] = []
         self.mic_opened: float | None = None  # room time of the first block a mic got
-        self.recordings: dict[str, list[np.ndarray]] = {"echo": [], "voice": [], "mic": []}
+        # With `record`, from the microphone's first block, one block per tick: the echo, the
+        # user's voice, what the microphone got, and `source` — what the speakers played as
+        # their commands handed it over (16 kHz, before the speaker's own clock, high-pass and
+        # clipping; silence where nothing played): the satellite's reference, aligned by hand.
+        self.recordings: dict[str, list[np.ndarray]] = {
+            "echo": [], "voice": [], "mic": [], "source": []
+        }  # fmt: skip
         self._echo = EchoPath(acoustics)
         self._noise = NoiseFloor(acoustics.noise_dbfs, acoustics.seed)
         self._mics: list[asyncio.StreamWriter] = []
@@ -152,6 +168,7 @@ class Room:
         self._ticker: asyncio.Task[None] | None = None
         self._tick = asyncio.Condition()
         self.now = time.monotonic()
+        self._recorded = 0.0  # seconds in the recordings
 
     # ---- commands for the satellite ------------------------------------------------------
 
@@ -221,21 +238,27 @@ class Room:
                 await speaker._space.wait()
                 size = int.from_bytes(await reader.readexactly(4), "big")
                 if not size:  # the command's input ended: play out what it handed over
-                    speaker._fifo = np.concatenate([speaker._fifo, converter.flush()])
+                    self._hand_over(speaker, *converter.flush_with_source())
                     break
                 data = await reader.readexactly(size)
-                speaker._fifo = np.concatenate([speaker._fifo, converter.convert(data)])
+                self._hand_over(speaker, *converter.convert_with_source(data))
                 if len(speaker._fifo) >= self.speaker_buffer:
                     speaker._space.clear()
         except (ConnectionError, asyncio.IncompleteReadError):
             # The command died (killed on barge-in): the device stops, its buffer is lost.
             speaker._fifo = speaker._fifo[:0]
+            speaker._source = speaker._source[:0]
             speaker.killed = True
         speaker.closed = True
         await speaker._done.wait()  # the room played the rest
         with contextlib.suppress(ConnectionError):
             writer.close()
             await writer.wait_closed()
+
+    @staticmethod
+    def _hand_over(speaker: _Speaker, source: np.ndarray, played: np.ndarray) -> None:
+        speaker._fifo = np.concatenate([speaker._fifo, played])
+        speaker._source = np.concatenate([speaker._source, source])
 
     # ---- the clock --------------------------------------------------------------------------
 
@@ -261,12 +284,23 @@ class Room:
         if self.mic_opened is None and self._mics:
             self.mic_opened = self.now  # this tick's block is the microphone's first
         played = np.zeros(BLOCK, dtype=np.float32)
+        source = np.zeros(BLOCK, dtype=np.float32)
         for speaker in self._speakers:
             if speaker.done_at is not None:
                 continue
             take = speaker._fifo[:BLOCK]
             speaker._fifo = speaker._fifo[BLOCK:]
             played[: len(take)] += take
+            if len(take):
+                speaker.playing = True
+            if speaker.playing and not speaker.closed and len(take) < BLOCK:
+                self.underruns.append((self.now, BLOCK - len(take)))
+            # As many samples of the source as the speaker played: its start and every
+            # silence the device inserted (run dry) stay where they played; the speaker's
+            # drift (±100 ppm) is left in, as the satellite's reference has it.
+            given = speaker._source[: len(take)]
+            speaker._source = speaker._source[len(take) :]
+            source[: len(given)] += given
             self._follow(speaker, take)
             if len(speaker._fifo) < self.speaker_buffer:
                 speaker._space.set()
@@ -277,9 +311,10 @@ class Room:
         echo = self._echo.process(played)
         voice = self._voice_block()
         mic = echo + voice + self._noise.block(BLOCK)
-        if self.record and self.mic_opened is not None:
-            for name, block in (("echo", echo), ("voice", voice), ("mic", mic)):
+        if self.record and self.mic_opened is not None and self._recorded < RECORD_LIMIT_S:
+            for name, block in (("echo", echo), ("voice", voice), ("mic", mic), ("source", source)):
                 self.recordings[name].append(block)
+            self._recorded += BLOCK_SECONDS
         pcm = (np.clip(mic, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
         for writer in list(self._mics):
             if writer.is_closing() or writer.transport.get_write_buffer_size() > (
@@ -353,6 +388,11 @@ class Room:
         """The sample of the microphone stream (and of the recordings) at room time `when`."""
         assert self.mic_opened is not None
         return round((when - self.mic_opened) * RATE)
+
+    @property
+    def cuts(self) -> list[float]:
+        """Room times the speaker stopped because its command was killed (a barge-in)."""
+        return [s.done_at for s in self._speakers if s.killed and s.done_at is not None]
 
     def recording(self, name: str) -> np.ndarray:
         blocks = self.recordings[name]
