@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import wave
 
 import numpy as np
@@ -177,3 +178,33 @@ async def test_the_room_records_what_its_speaker_played_where_it_played(tmp_path
     assert abs(lags[0] - expected) <= 8 and abs(lags[1] - lags[0]) <= 8, lags
     [erle] = offline_erle(room, [reply])
     assert erle is not None and erle > 15
+
+
+async def test_the_speaker_plays_nothing_before_its_command_hands_it_over(tmp_path):
+    """A device plays a sample no sooner than it is written. The room took each tick's whole
+    block from what had come by the tick's end, so audio played up to 32 ms before it was
+    handed over: a stream started ahead of the satellite's due times, its lead covered less
+    lateness, and every shortfall was silence the reference did not have."""
+    tone = (0.3 * np.sin(np.arange(RATE // 2) * 2 * np.pi * 440 / RATE) * 32767).astype("<i2")
+    async with Room(RoomAcoustics(noise_dbfs=-90), record=True) as room:
+        mic = asyncio.create_task(_read_mic(room.mic_command, 2.0))
+        assert await room.wait_for(lambda: room.mic_opened is not None, 10)
+        speaker = await asyncio.create_subprocess_shell(
+            room.speaker_command.format(rate=16000, width=2, channels=1),
+            stdin=asyncio.subprocess.PIPE,
+        )
+        assert speaker.stdin is not None
+        assert await room.wait_for(lambda: bool(room._speakers), 10)  # connected, reading
+        tick = room.now
+        assert await room.wait_for(lambda: room.now > tick, 1)  # just after a tick
+        handed = time.monotonic()
+        speaker.stdin.write(tone.tobytes())
+        speaker.stdin.close()
+        await speaker.wait()
+        await mic
+    source = room.recording("source")
+    first = int(np.flatnonzero(np.abs(source) > 1e-3)[0])
+    # Room times are ticks, each its block's end: the recordings' sample at time t lies one
+    # block after mic_index(t).
+    assert first >= room.mic_index(handed) + 512
+    assert room.replies[0].seconds == pytest.approx(0.5, abs=0.04)

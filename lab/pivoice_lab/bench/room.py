@@ -375,7 +375,7 @@ def offline_erle(room: Room, replies: list[Reply | None]) -> list[float | None]:
         if last <= len(mic):
             spans[n] = (first, last)
     starts = {first: n for n, (first, _) in spans.items()}
-    cuts = sorted(room.mic_index(at) - BLOCK for at in room.cuts)  # the tick it went silent
+    cuts = sorted(room.mic_index(at) for at in room.cuts)  # the block it went silent in
     fmt = AudioFormat(RATE, 2, 1)
     canceller = EchoCanceller(EchoSettings())
     results: list[float | None] = [None] * len(replies)
