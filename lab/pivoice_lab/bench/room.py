@@ -206,6 +206,9 @@ def run(
                 "case": asdict(case), "name": case.name, **scored,
                 "offline_erle_db": offline,
                 "offline_erle_db_median": statistics.median(offline_db) if offline_db else None,
+                # The room's speaker ran dry this long in all (silence no reference holds
+                # unless the satellite's speaker thread was late by as much).
+                "speaker_underrun_ms": round(sum(n for _, n in run_.room.underruns) / RATE * 1000),
             })  # fmt: skip
             bar.step()
     return {
@@ -478,5 +481,17 @@ def render(room: dict[str, Any]) -> list[str]:
         f"({off['self_made_turns']} self-made).",
         f"AEC cost: {cpu['percent_of_one_core']} % of one core ({cpu['cpu_s']} s CPU for "
         f"{cpu['audio_s']:.0f} s of audio).",
+        *(
+            f"{r['name']}: ERLE dB per full reply, live / offline: "
+            + (", ".join(f"{live:.0f}/{_db_text(off)}" for live, off in pairs) or "—")
+            + f"; the room's speaker ran dry {r.get('speaker_underrun_ms', '?')} ms in all."
+            for r in room["cases"]
+            if r["case"]["aec"] and r["case"]["echo_db"] > HEADSET_DB
+            for pairs in [list(zip(r["erle_db"], r.get("offline_erle_db") or [], strict=False))]
+        ),
         "",
     ]
+
+
+def _db_text(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f}"
