@@ -183,6 +183,7 @@ def run(
     loads: list[float] = []
     with busy_load(load):
         for index, case in enumerate(cases):
+            echoes = case.aec and case.echo_db > HEADSET_DB  # an offline ERLE to compare with
             if case.aec:
                 script = _script(index, questions, commands, rounds)
                 extra: tuple[str, ...] = ()
@@ -195,12 +196,12 @@ def run(
                 run_satellite_in_room(
                     server_uri, script, case.acoustics(seed=index + 1), workdir / case.name,
                     *extra, quiet_s=QUIET_S, limit_s=limit, log_level="DEBUG",
-                    record=case.aec,
+                    record=echoes,
                 )
             )  # fmt: skip
             loads.append(os.getloadavg()[0])
             scored = _score(run_, script, by_id)
-            offline = offline_erle(run_.room, scored.pop("full_replies")) if case.aec else []
+            offline = offline_erle(run_.room, scored.pop("full_replies")) if echoes else []
             offline_db = [e for e in offline if e is not None]
             results.append({
                 "case": asdict(case), "name": case.name, **scored,
