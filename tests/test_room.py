@@ -208,3 +208,27 @@ async def test_the_speaker_plays_nothing_before_its_command_hands_it_over(tmp_pa
     # block after mic_index(t).
     assert first >= room.mic_index(handed) + 512
     assert room.replies[0].seconds == pytest.approx(0.5, abs=0.04)
+
+
+def test_the_speaker_holds_back_nothing_of_what_it_is_handed():
+    """A speaker's clock and its conversion to the room's rate add no buffer: each 20 ms
+    block the satellite writes comes out at once (soxr's high-quality resampler held back up
+    to 89 ms, in bursts: the room's device ran dry at every stream's start)."""
+    from wyoming.audio import AudioFormat
+
+    from pivoice_lab.room.acoustics import SpeakerPath
+
+    path = SpeakerPath(
+        AudioFormat(22050, 2, 1), RoomAcoustics(highpass_hz=200, clip_db=6, drift_ppm=100)
+    )
+    rng = np.random.default_rng(0)
+    handed = played = sourced = 0.0
+    for _ in range(100):
+        pcm = (rng.normal(0, 0.1, 441) * 32767).astype("<i2").tobytes()
+        source, out = path.convert_with_source(pcm)
+        handed, played, sourced = (
+            handed + 441 / 22050,
+            played + len(out) / RATE,
+            sourced + len(source) / RATE,
+        )
+        assert handed - played < 0.002 and handed - sourced < 0.002

@@ -73,12 +73,17 @@ class SpeakerPath:
     room's 16 kHz: format conversion, the speaker's clock, its high-pass and its clipping."""
 
     def __init__(self, fmt: AudioFormat, acoustics: RoomAcoustics) -> None:
-        self._converter = StreamingConverter(fmt, RATE)
-        self._drift = None
-        if acoustics.drift_ppm:
-            # Faster by d: each second of its audio lasts 1/(1+d) s of the room's time.
-            out_rate = RATE / (1 + acoustics.drift_ppm * 1e-6)
-            self._drift = soxr.ResampleStream(RATE, out_rate, 1, dtype="float32")
+        self._converter = StreamingConverter(fmt, fmt.rate)  # the format only: mono float
+        # The rate by soxr's quick (cubic) resampler: it holds back 0.1 ms of what it is given.
+        # The high-quality one held back 7-40 ms (22.05 → 16 kHz) and 8-58 ms more for the
+        # clock's drift, released in bursts: the room's device got audio up to 89 ms after
+        # its command handed it over and ran dry at every stream's start (~9 ms at the first
+        # sound and ~11 ms 0.77 s later, in every stream), silence no reference holds — the
+        # echo's delay moved 21-71 ms from one speaker command to the next. A speaker's clock
+        # has no such buffer.
+        self._source = _quick(fmt.rate, RATE)
+        # Faster by d: each second of its audio lasts 1/(1+d) s of the room's time.
+        self._played = _quick(fmt.rate, RATE / (1 + acoustics.drift_ppm * 1e-6))
         self._fir: np.ndarray | None = None
         if acoustics.highpass_hz:
             n = np.arange(HIGHPASS_TAPS) - (HIGHPASS_TAPS - 1) / 2
@@ -99,16 +104,16 @@ class SpeakerPath:
     def convert_with_source(self, pcm: bytes) -> tuple[np.ndarray, np.ndarray]:
         """(the audio at 16 kHz as handed over — what the satellite's reference holds —, what
         the speaker sends into the room)."""
-        source = self._converter.convert(pcm)
-        return source, self._shape(source, last=False)
+        return self._both(self._converter.convert(pcm), last=False)
 
     def flush_with_source(self) -> tuple[np.ndarray, np.ndarray]:
-        source = self._converter.flush()
-        return source, self._shape(source, last=True)
+        return self._both(self._converter.flush(), last=True)
 
-    def _shape(self, samples: np.ndarray, last: bool) -> np.ndarray:
-        if self._drift is not None:
-            samples = self._drift.resample_chunk(samples, last=last)
+    def _both(self, mono: np.ndarray, last: bool) -> tuple[np.ndarray, np.ndarray]:
+        source = _resample(self._source, mono, last)
+        return source, self._shape(_resample(self._played, mono, last))
+
+    def _shape(self, samples: np.ndarray) -> np.ndarray:
         if self._fir is not None and len(samples):
             full = np.convolve(samples, self._fir).astype(np.float32)
             full[: len(self._carry)] += self._carry
@@ -118,6 +123,18 @@ class SpeakerPath:
             # Unit gain for small signals; loud ones flatten towards 1/drive.
             samples = (np.tanh(samples * self._drive) / self._drive).astype(np.float32)
         return samples.astype(np.float32)
+
+
+def _quick(rate: float, out_rate: float) -> soxr.ResampleStream | None:
+    if rate == out_rate:
+        return None
+    return soxr.ResampleStream(rate, out_rate, 1, dtype="float32", quality="QQ")
+
+
+def _resample(stream: soxr.ResampleStream | None, samples: np.ndarray, last: bool) -> np.ndarray:
+    if stream is None:
+        return samples.astype(np.float32)
+    return stream.resample_chunk(samples.astype(np.float32), last=last).astype(np.float32)
 
 
 class EchoPath:
