@@ -359,13 +359,9 @@ class EchoCanceller:
         index = self._index(due)
         ref = self._ref
         if ref.fmt != fmt or index > ref.end + JOIN_SECONDS * RATE:
-            # A new stream (another format, or after a gap: a speaker opened anew after a
-            # barge-in) gets a new converter: the old one still held the tail of what came
-            # before (soxr holds back 7-40 ms), and put it in front of the new stream, whose
-            # reference then came that much late — the echo's delay jumped at each speaker
-            # command restarted (162 → 143 ms in the room, −6 dB/150 ms, load 2-7).
-            ref.converter = StreamingConverter(fmt, RATE)
-            ref.fmt = fmt
+            if ref.fmt != fmt:
+                ref.converter = StreamingConverter(fmt, RATE)  # another format: a new stream
+                ref.fmt = fmt
             # Nothing plays in the past: a piece reported after the microphone moved on
             # starts no earlier than what the mic reads now.
             if self._capture_index is not None:
