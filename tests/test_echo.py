@@ -109,6 +109,51 @@ def test_the_user_after_the_reply_passes_through(reply, user):
     assert canceller.hearing is Hearing.CLEAR  # a second after the reply: no echo to expect
 
 
+@pytest.mark.parametrize("cut", [False, True])
+def test_a_reply_after_a_gap_is_cancelled_as_well_as_the_first(reply, cut):
+    """Two replies 1.2 s apart, on the same reference stream (the speaker reopened, or a
+    cut in between): the second must be placed where it plays. The resampler (22050 →
+    16 kHz) holds samples between pieces; carried over the gap, they came out in front of
+    the second reply and put it up to ~60 ms late: AEC3 cancelled a few dB of it."""
+    pcm, rate = reply
+    fmt = AudioFormat(rate, 2, 1)
+    acoustics = RoomAcoustics(echo_db=-10, delay_ms=60, tail_ms=60)
+    played = StreamingConverter(fmt, RATE).convert(pcm)
+    first, gap = RATE // 2, int(1.2 * RATE)
+    second = first + len(played) + gap
+    total = second + len(played) + RATE // 2
+    speaker = np.zeros(total, dtype=np.float32)
+    speaker[first : first + len(played)] = played
+    speaker[second : second + len(played)] = played
+    echo = EchoPath(acoustics).process(speaker)
+    mic = echo + NoiseFloor(acoustics.noise_dbfs, 1).block(total)
+    canceller = EchoCanceller(EchoSettings())
+    piece = int(rate * 0.02) * 2
+    pieces = list(enumerate(range(0, len(pcm), piece)))
+    for i, offset in pieces:
+        canceller.reference(pcm[offset : offset + piece], fmt, first / RATE + i * 0.02)
+    out, handed = [], False
+    for n in range(total // CHUNK_SAMPLES):
+        lo = n * CHUNK_SAMPLES
+        if not handed and lo >= second - 3 * CHUNK_SAMPLES:  # the second, just before it plays
+            handed = True
+            if cut:
+                canceller.cut(lo / RATE)
+            for i, offset in pieces:
+                canceller.reference(pcm[offset : offset + piece], fmt, second / RATE + i * 0.02)
+        chunk = (np.clip(mic[lo : lo + CHUNK_SAMPLES], -1, 1) * 32767).astype("<i2").tobytes()
+        processed = canceller.process(chunk, (n + 1) * CHUNK_SECONDS)
+        out.append(np.frombuffer(processed, dtype="<i2").astype(np.float32) / 32768)
+    cleaned = np.concatenate(out)
+
+    def erle(start: int) -> float:
+        span = slice(start + RATE // 2, start + len(played))  # after its first half second
+        return _dbfs(echo[span]) - _dbfs(cleaned[span])
+
+    assert erle(first) > 20
+    assert erle(second) > erle(first) - 6, (erle(first), erle(second))
+
+
 async def test_the_sink_reports_each_piece_with_its_due_time():
     sink = NullSink(realtime=True)
     taps: list[tuple[int, float]] = []

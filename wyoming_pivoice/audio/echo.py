@@ -32,7 +32,7 @@ from ..satellite.protocols import Hearing
 from ..satellite.settings import EchoSettings
 from ..satellite.turn_policy import NO_COUPLING_DB, Evidence
 from .format import RATE
-from .pcm import StreamingConverter
+from .pcm import StreamingConverter, frame_bytes
 
 if TYPE_CHECKING:
     from livekit import rtc
@@ -250,6 +250,13 @@ class _Reference:
     samples: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     converter: StreamingConverter | None = None
     fmt: AudioFormat | None = None
+    fed_until: float = 0.0  # timeline index where the stream's input so far ends
+
+    def feed(self, pcm: bytes, fmt: AudioFormat) -> np.ndarray:
+        """The stream's next piece, resampled to the timeline's rate."""
+        assert self.converter is not None
+        self.fed_until += len(pcm) / frame_bytes(fmt) * RATE / fmt.rate
+        return self.converter.convert(pcm)
 
     @property
     def end(self) -> int:
@@ -358,22 +365,29 @@ class EchoCanceller:
     def _add_reference(self, pcm: bytes, fmt: AudioFormat, due: float) -> None:
         index = self._index(due)
         ref = self._ref
-        if ref.fmt != fmt or index > ref.end + JOIN_SECONDS * RATE:
-            if ref.fmt != fmt:
-                ref.converter = StreamingConverter(fmt, RATE)  # another format: a new stream
-                ref.fmt = fmt
+        parts = [ref.samples]
+        # The input's end, not the output's: the resampler's output lags it by what it holds.
+        if ref.converter is None or ref.fmt != fmt or index > ref.fed_until + JOIN_SECONDS * RATE:
+            # A new stream (the first, another format, or after a gap: the speaker ran dry,
+            # was cut, or reopened). What the old resampler still holds is the end of the
+            # old stream and goes there; the new one starts on a fresh resampler. Carried
+            # over, those held samples (soxr holds up to ~60 ms at 22050 → 16 kHz) came out
+            # in front of the new stream and put all of it that much late: AEC3 then
+            # cancelled 1-7 dB of a second reply it had cancelled 30 dB of the first time
+            # (offline, the −10 dB/60 ms room; 28-35 dB with this).
+            if ref.converter is not None and ref.fmt == fmt:
+                parts.append(ref.converter.flush())
+            ref.converter, ref.fmt = StreamingConverter(fmt, RATE), fmt
             # Nothing plays in the past: a piece reported after the microphone moved on
             # starts no earlier than what the mic reads now.
             if self._capture_index is not None:
                 index = max(index, self._capture_index)
-        assert ref.converter is not None
-        samples = ref.converter.convert(pcm)
-        if index > ref.end + JOIN_SECONDS * RATE:
-            # A gap (the speaker ran dry, or nothing played): silence on the timeline.
-            gap = np.zeros(index - ref.end, dtype=np.float32)
-            ref.samples = np.concatenate([ref.samples, gap, samples])
-        else:
-            ref.samples = np.concatenate([ref.samples, samples])
+            end = ref.start + sum(len(p) for p in parts)
+            if index > end:  # silence on the timeline until it starts
+                parts.append(np.zeros(index - end, dtype=np.float32))
+            ref.fed_until = max(index, end)
+        parts.append(ref.feed(pcm, fmt))
+        ref.samples = np.concatenate(parts)
 
     def cut(self, at: float) -> None:
         """The reply stopped at monotonic `at` (a barge-in on a sink that stops its device):
@@ -382,6 +396,7 @@ class EchoCanceller:
             ref, index = self._ref, self._index(at)
             if index < ref.end:
                 ref.samples = ref.samples[: max(0, index - ref.start)]
+            ref.converter = None  # what it holds never plays: the next piece starts anew
             self._barge_in()
 
     def barge_in(self) -> None:
