@@ -67,6 +67,10 @@ USER_IN_WINDOW_DB = 3.0
 MAX_ERLE_DB = 40.0
 ONSET_QUIET_FRAMES = 100  # a reference silent this long (1 s) and sounding again: a reply starts
 ONSET_FRAMES = 50  # its first 0.5 s
+# A new AEC3 converges over its first second or two of echo; what the estimate's first
+# windows measure of it is not yet what it does (offline, a reply's first second: ERLE
+# estimated ~35 dB while it left residual bursts 10-19 dB over that, Silero 0.35-0.54).
+CONVERGE_FRAMES = 150
 # After a barge-in a fresh AEC3 runs beside the live one (see EchoCanceller) and the better
 # of the two over windows of this many 10 ms frames of reply is heard; after TRIAL_WINDOWS
 # windows without the user's voice the worse one is dropped.
@@ -150,6 +154,7 @@ class EchoEstimate:
         self._recent: deque[float] = deque(maxlen=RECENT_FRAMES)  # reference frame energies
         self._silent_frames = ONSET_QUIET_FRAMES  # reference frames in a row without sound
         self._since_onset = 0  # audible frames since a reply's first sound
+        self._audible = 0  # audible frames since the canceller started
 
     @property
     def coupling_db(self) -> float | None:
@@ -173,6 +178,7 @@ class EchoEstimate:
             if self._silent_frames >= ONSET_QUIET_FRAMES:
                 self._since_onset = 0
             self._since_onset += 1
+            self._audible += 1
             self._silent_frames = 0
         else:
             self._silent_frames += 1
@@ -233,8 +239,10 @@ class EchoEstimate:
         # through the user's voice over the last reply (a barge-in's trial judges the two
         # filters only as the reply plays), and leaks until it re-adapts (measured with a
         # restart: a self-made turn 0.3 s into the next reply). Count on no cancelling for
-        # its first 0.5 s: only a voice louder than the echo itself interrupts then.
-        erle = self.erle_db if self._since_onset >= ONSET_FRAMES else 0.0
+        # its first 0.5 s: only a voice louder than the echo itself interrupts then; so in
+        # the canceller's first CONVERGE_FRAMES of echo.
+        settled = self._since_onset >= ONSET_FRAMES and self._audible >= CONVERGE_FRAMES
+        erle = self.erle_db if settled else 0.0
         return echo / 10 ** (erle / 10) + self.floor
 
 
