@@ -18,11 +18,11 @@ the same in all three) to the first sample handed to the speaker (`--snd-wav --s
 The replies must be the same in all three, or the figure measures SmolLM2's whim: the server
 runs greedy (--llm-temperature 0) and each mode asks in a conversation of its own (a new
 standalone satellite, a conversation id per HA run) after a turn of other words (the same KV
-cache for each: OTHER_WORDS), so the same transcript gets the same prompt and the same words. The words are checked, not assumed: each turn keeps its transcript
-and reply, and the table says in how many rounds the three modes got the same words (a
-transcript that differs, e.g. speculative STT on a cut clip, would change them). The LLM's time
-is the real model's under the machine's load, which the three modes of a round share: hence
-the per-round differences.
+cache for each: OTHER_WORDS), so the same transcript gets the same prompt and the same words.
+The words are checked, not assumed: each turn keeps its transcript and reply, and the table
+says in how many rounds the three modes got the same words (a transcript that differs, e.g.
+speculative STT on a cut clip, would change them). The LLM's time is the real model's under
+the machine's load, which the three modes of a round share: hence the per-round differences.
 """
 
 from __future__ import annotations
@@ -603,7 +603,8 @@ def render(result: dict[str, Any]) -> str:
         if len(replies) == 1:
             [reply] = replies
             count = "/".join(map(str, row["sentences"]))
-            lines.append(f"  every turn said ({count} sentences, {len(reply)} chars): {reply!r}")
+            noun = "sentence" if row["sentences"] == [1] else "sentences"
+            lines.append(f"  every turn said ({count} {noun}, {len(reply)} chars): {reply!r}")
         else:  # said, not hidden: the figure then compares different replies
             lines.append(f"  NOT the same reply in every turn ({len(replies)} different):")
             for reply, where in replies.items():
