@@ -288,6 +288,16 @@ def test_after_a_barge_in_the_estimate_counts_on_no_cancelling_until_it_measures
     assert estimate.coupling_db == coupling
     # ...so the echo alone is expected at its full level: only a voice over it interrupts.
     assert estimate.expected_residual() >= loud / 4 * 0.9 + floor
+    # Its first window measured is not counted on either: the filters meet a speaker command
+    # opened anew (a reply's own echo made a turn 0.6 s into it, just after that window).
+    from wyoming_pivoice.audio.echo import CONVERGE_FRAMES
+
+    for _ in range(CONVERGE_FRAMES - 1):
+        estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
+    assert estimate.erle_db == pytest.approx(30, abs=0.5)
+    assert estimate.expected_residual() >= loud / 4 * 0.9
+    estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
+    assert estimate.expected_residual() < loud / 4 / 100
 
 
 def test_a_new_canceller_is_not_counted_on_before_it_has_heard_its_first_seconds():

@@ -69,7 +69,10 @@ ONSET_QUIET_FRAMES = 100  # a reference silent this long (1 s) and sounding agai
 ONSET_FRAMES = 50  # its first 0.5 s
 # A new AEC3 converges over its first second or two of echo; what the estimate's first
 # windows measure of it is not yet what it does (offline, a reply's first second: ERLE
-# estimated ~35 dB while it left residual bursts 10-19 dB over that, Silero 0.35-0.54).
+# estimated ~35 dB while it left residual bursts 10-19 dB over that, Silero 0.35-0.54). So
+# do the filters of the reply after a barge-in, on a speaker command opened anew (bench,
+# −6 dB/150 ms room, load 6-13: that reply's own echo started a turn 0.6 s into it, just
+# after its first window had measured them).
 CONVERGE_FRAMES = 150
 # After a barge-in a fresh AEC3 runs beside the live one (see EchoCanceller) and the better
 # of the two over windows of this many 10 ms frames of reply is heard; after TRIAL_WINDOWS
@@ -154,7 +157,7 @@ class EchoEstimate:
         self._recent: deque[float] = deque(maxlen=RECENT_FRAMES)  # reference frame energies
         self._silent_frames = ONSET_QUIET_FRAMES  # reference frames in a row without sound
         self._since_onset = 0  # audible frames since a reply's first sound
-        self._audible = 0  # audible frames since the canceller started
+        self._audible = 0  # audible frames since the canceller started or a barge-in
 
     @property
     def coupling_db(self) -> float | None:
@@ -223,6 +226,7 @@ class EchoEstimate:
         as the user (the room at −3 dB/250 ms, RT60 0.7, load 9-10: 2 of 3 runs made a turn
         of the next reply's own echo). The coupling is the room's and stays."""
         self._erles.clear()
+        self._audible = 0
 
     @property
     def no_echo(self) -> bool:
@@ -240,7 +244,7 @@ class EchoEstimate:
         # filters only as the reply plays), and leaks until it re-adapts (measured with a
         # restart: a self-made turn 0.3 s into the next reply). Count on no cancelling for
         # its first 0.5 s: only a voice louder than the echo itself interrupts then; so in
-        # the canceller's first CONVERGE_FRAMES of echo.
+        # the first CONVERGE_FRAMES of echo after the canceller started or a barge-in.
         settled = self._since_onset >= ONSET_FRAMES and self._audible >= CONVERGE_FRAMES
         erle = self.erle_db if settled else 0.0
         return echo / 10 ** (erle / 10) + self.floor
