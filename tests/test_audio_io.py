@@ -448,3 +448,41 @@ async def test_the_speaker_stream_stays_open_across_replies(tmp_path: Path) -> N
     assert played.find(second, start + len(first) + 2) > start + len(first)  # silence between
     assert len(played) < len(first) + len(second) + len(long)  # the stop dropped audio
     assert again.startswith(primer) and second in again
+
+
+async def test_the_speaker_command_runs_at_the_speaker_threads_priority(tmp_path: Path) -> None:
+    """The speaker command is the device's feeder: at normal priority it fell behind under load
+    and its device ran dry (the room's speaker, load 4-6: 13-200 ms of silence at a time that
+    the reference did not have, the echo's delay moving 286 → 405 ms in one stream). It is
+    started on the speaker thread, after its priority is raised, and inherits it."""
+    import threading
+
+    from wyoming_pivoice.audio.pacing import raise_audio_thread
+    from wyoming_pivoice.audio.speaker import CommandDevice, ContinuousSink
+
+    def priority() -> tuple[int, int]:
+        return os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)
+
+    thread_got: list[tuple[int, int]] = []
+
+    def audio_thread() -> None:  # what the speaker thread gets here (root: SCHED_RR)
+        raise_audio_thread("test")
+        thread_got.append(priority())
+
+    worker = threading.Thread(target=audio_thread)
+    worker.start()
+    worker.join()
+    report = tmp_path / "priority"
+    code = (
+        "import os, sys; "
+        f"open({str(report)!r}, 'w').write("
+        "f'{os.sched_getscheduler(0)} {os.getpriority(os.PRIO_PROCESS, 0)}'); "
+        "sys.stdin.buffer.read()"
+    )
+    sink = ContinuousSink(CommandDevice(f'exec {sys.executable} -c "{code}"'))
+    await sink.play(tone(0.1, 22050), AudioFormat(22050, 2, 1))
+    await sink.drain()
+    await until(lambda: report.exists() and report.read_text(), "the command's report", 10.0)
+    await sink.close()
+    policy, nice = (int(x) for x in report.read_text().split())
+    assert (policy, nice) == thread_got[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import wave
 
 import numpy as np
@@ -114,3 +115,96 @@ async def test_scripted_speech_starts_after_the_reply_first_makes_a_sound(tmp_pa
     first_sound = room.replies[0].first_sound
     assert say.onset is not None and first_sound is not None
     assert say.onset - first_sound == pytest.approx(0.3, abs=0.04)  # within one 32 ms tick
+
+
+def _lag(ref: np.ndarray, mic: np.ndarray, most: int) -> int:
+    """The lag (samples, 0..most) at which `mic` best matches `ref`."""
+    n = len(ref)
+    spectrum = np.fft.rfft(mic, 2 * n) * np.conj(np.fft.rfft(ref, 2 * n))
+    correlation = np.fft.irfft(spectrum, 2 * n)[: most + 1]
+    return int(np.argmax(np.abs(correlation)))
+
+
+async def test_the_room_records_what_its_speaker_played_where_it_played(tmp_path):
+    """`source`: what the speaker command handed over, placed by hand at the samples it
+    played, so the echo lies the room's delay after it — before and after the device ran dry
+    in the middle of a reply — and AEC3 fed it offline takes the echo out (the bench's
+    offline ERLE, the live figure's yardstick)."""
+    from pivoice_lab.bench.room import offline_erle
+
+    wav = make_speech(
+        "Here is a joke about cats. Why did the cat sit on the computer? To keep an eye on "
+        "the mouse.", tmp_path / "reply.wav", rate=22050, pad_before=0.0, pad_after=0.0,
+    )  # fmt: skip
+    with wave.open(str(wav)) as w:
+        pcm = w.readframes(w.getnframes())
+    half = len(pcm) // 4 * 2
+    acoustics = RoomAcoustics(
+        echo_db=-6, delay_ms=150, tail_ms=RoomAcoustics.tail_for_rt60(0.7), noise_dbfs=-60,
+        highpass_hz=200, clip_db=6, drift_ppm=100,
+    )  # fmt: skip
+    async with Room(acoustics, record=True) as room:
+        mic = asyncio.create_task(_read_mic(room.mic_command, 12.0))
+        assert await room.wait_for(lambda: room.mic_opened is not None, 10)
+        speaker = await asyncio.create_subprocess_shell(
+            room.speaker_command.format(rate=22050, width=2, channels=1),
+            stdin=asyncio.subprocess.PIPE,
+        )
+        assert speaker.stdin is not None
+        speaker.stdin.write(pcm[:half])
+        await speaker.stdin.drain()
+        # The command comes late with the rest: its device runs dry, silence in mid-reply.
+        assert await room.wait_for(lambda: len(room.underruns) >= 4, 10)
+        speaker.stdin.write(pcm[half:])
+        speaker.stdin.close()
+        await speaker.wait()
+        await mic
+    [reply] = room.replies
+    assert reply.first_sound is not None and reply.ended is not None
+    dry = sum(n for _, n in room.underruns)
+    assert dry >= 4 * 512 // 2  # ≥ 64 ms of silence the command did not send
+    source, echo = room.recording("source"), room.recording("echo")
+    start, end = room.mic_index(reply.first_sound) - 512, room.mic_index(reply.ended)
+    # The speaker's own delay: its high-pass is a 255-tap linear-phase FIR (127 samples), its
+    # clock's resampler a few samples more or less.
+    expected = round(0.150 * RATE) + 127
+    gap = room.mic_index(room.underruns[0][0])
+    lags = [
+        _lag(source[a:b], echo[a:b], 2 * expected)
+        for a, b in ((start, gap - 512), (gap + dry + 512, end))
+    ]
+    # The same after the gap, up to the speaker's drift (+100 ppm: the echo comes ~5 samples
+    # earlier 3 s on); the gap's silence not placed would move it by all of `dry`.
+    assert abs(lags[0] - expected) <= 8 and abs(lags[1] - lags[0]) <= 8, lags
+    [erle] = offline_erle(room, [reply])
+    assert erle is not None and erle > 15
+
+
+async def test_the_speaker_plays_nothing_before_its_command_hands_it_over(tmp_path):
+    """A device plays a sample no sooner than it is written. The room took each tick's whole
+    block from what had come by the tick's end, so audio played up to 32 ms before it was
+    handed over: a stream started ahead of the satellite's due times, its lead covered less
+    lateness, and every shortfall was silence the reference did not have."""
+    tone = (0.3 * np.sin(np.arange(RATE // 2) * 2 * np.pi * 440 / RATE) * 32767).astype("<i2")
+    async with Room(RoomAcoustics(noise_dbfs=-90), record=True) as room:
+        mic = asyncio.create_task(_read_mic(room.mic_command, 2.0))
+        assert await room.wait_for(lambda: room.mic_opened is not None, 10)
+        speaker = await asyncio.create_subprocess_shell(
+            room.speaker_command.format(rate=16000, width=2, channels=1),
+            stdin=asyncio.subprocess.PIPE,
+        )
+        assert speaker.stdin is not None
+        assert await room.wait_for(lambda: bool(room._speakers), 10)  # connected, reading
+        tick = room.now
+        assert await room.wait_for(lambda: room.now > tick, 1)  # just after a tick
+        handed = time.monotonic()
+        speaker.stdin.write(tone.tobytes())
+        speaker.stdin.close()
+        await speaker.wait()
+        await mic
+    source = room.recording("source")
+    first = int(np.flatnonzero(np.abs(source) > 1e-3)[0])
+    # Room times are ticks, each its block's end: the recordings' sample at time t lies one
+    # block after mic_index(t).
+    assert first >= room.mic_index(handed) + 512
+    assert room.replies[0].seconds == pytest.approx(0.5, abs=0.04)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import concurrent.futures
 import contextlib
 import fcntl
 import logging
@@ -622,11 +623,15 @@ class ContinuousSink:
         self._dropped = False
         self._closing.clear()
         fmt = self._format
-        await asyncio.to_thread(self.device.open, fmt)
+        opened: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(
-            target=self._run, args=(fmt, self._generation), name="pivoice speaker", daemon=True
+            target=self._run,
+            args=(fmt, self._generation, opened),
+            name="pivoice speaker",
+            daemon=True,
         )
         self._thread.start()
+        await asyncio.wrap_future(opened)  # the device's own errors are raised here
 
     def take_cut(self) -> float | None:
         """When the audio core cut the reply playing (a barge-in the loop has not seen yet),
@@ -723,8 +728,23 @@ class ContinuousSink:
             ends = reply.ended and not reply.pending
         return block.ljust(size, b"\0"), reply, ends
 
-    def _run(self, fmt: AudioFormat, generation: int) -> None:
+    def _run(
+        self, fmt: AudioFormat, generation: int, opened: concurrent.futures.Future[None]
+    ) -> None:
         raise_audio_thread("speaker")
+        try:
+            # Opened on this thread, after its priority was raised: a speaker command
+            # inherits it, as the microphone command inherits the audio thread's. At normal
+            # priority the command fell behind under load (the room's speaker, load 4-6: its
+            # device ran dry 13-200 ms at a time, at replies' starts above all), and each
+            # time the echo came that much later against the reference: the delay AEC3 had
+            # found moved 286 → 405 ms between two replies of one stream.
+            self.device.open(fmt)
+        except BaseException as err:
+            self._failed = err
+            opened.set_exception(err)
+            return
+        opened.set_result(None)
         rate = fmt.rate
         block_samples = max(1, round(BLOCK_SECONDS * rate))
         size = block_samples * frame_bytes(fmt)
@@ -732,6 +752,7 @@ class ContinuousSink:
         self.device.wait_taking(primer, COMMAND_START_TIMEOUT)
         start = time.monotonic()  # when sample 0 of the timeline plays
         samples = 0
+        write_s = 0.0
         try:
             while not self._closing.is_set() and generation == self._generation:
                 pcm, reply, ends = self._next_block(size)
@@ -752,8 +773,14 @@ class ContinuousSink:
                     if self.tap is not None:
                         self.tap.reference(bytes(gap * frame_bytes(fmt)), fmt, due - gap / rate)
                     self.underruns += 1
+                    _LOGGER.debug(
+                        "Speaker: %.0f ms late (the last write took %.0f ms): timeline moved",
+                        late * 1000,
+                        write_s * 1000,
+                    )
                 written = time.monotonic()
                 self.device.write(pcm)
+                write_s = time.monotonic() - written
                 if self.tap is not None:
                     # No sample plays before it is written: the reference never comes after
                     # its echo, even from a device faster than our clock (it is early by at

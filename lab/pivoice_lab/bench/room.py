@@ -33,7 +33,7 @@ import numpy as np
 
 from ..room.acoustics import RoomAcoustics
 from ..room.session import RoomRun, run_satellite_in_room
-from ..room.simulator import Reply, Say
+from ..room.simulator import BLOCK, Reply, Room, Say
 from .corpus import RATE, Utterance
 from .progress import Progress
 from .tables import render_table
@@ -183,6 +183,7 @@ def run(
     loads: list[float] = []
     with busy_load(load):
         for index, case in enumerate(cases):
+            echoes = case.aec and case.echo_db > HEADSET_DB  # an offline ERLE to compare with
             if case.aec:
                 script = _script(index, questions, commands, rounds)
                 extra: tuple[str, ...] = ()
@@ -195,14 +196,21 @@ def run(
                 run_satellite_in_room(
                     server_uri, script, case.acoustics(seed=index + 1), workdir / case.name,
                     *extra, quiet_s=QUIET_S, limit_s=limit, log_level="DEBUG",
+                    record=echoes,
                 )
             )  # fmt: skip
             loads.append(os.getloadavg()[0])
             scored = _score(run_, script, by_id)
-            offline = offline_erle(case, questions, seed=index + 1)
-            results.append(
-                {"case": asdict(case), "name": case.name, **scored, "offline_erle_db": offline}
-            )
+            offline = offline_erle(run_.room, scored.pop("full_replies")) if echoes else []
+            offline_db = [e for e in offline if e is not None]
+            results.append({
+                "case": asdict(case), "name": case.name, **scored,
+                "offline_erle_db": offline,
+                "offline_erle_db_median": statistics.median(offline_db) if offline_db else None,
+                # The room's speaker ran dry this long in all (silence no reference holds
+                # unless the satellite's speaker thread was late by as much).
+                "speaker_underrun_ms": round(sum(n for _, n in run_.room.underruns) / RATE * 1000),
+            })  # fmt: skip
             bar.step()
     return {
         "cases": results,
@@ -279,7 +287,8 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
             )
         trials.append(trial)
     full = [t for t in turns if not t["barged_in"] and t["stamps"].get("first_played")]
-    erle = [t["echo"]["erle_db"] for t in full if t.get("echo") and t["echo"].get("erle_db")]
+    full = [t for t in full if t.get("echo") and t["echo"].get("erle_db") is not None]
+    erle = [t["echo"]["erle_db"] for t in full]
     e2e = [t["ms"]["e2e_from_endpoint"] for t in full if t["ms"].get("e2e_from_endpoint")]
     return {
         "settled": run.settled,
@@ -291,6 +300,7 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
         "self_barge_ins": self_barge,
         "trials": trials,
         "erle_db": erle,
+        "full_replies": [_reply_of(t, replies) for t in full],  # for offline_erle; not kept
         "e2e_from_endpoint_ms": e2e,
     }
 
@@ -343,38 +353,53 @@ def _summary(results: list[dict]) -> dict[str, Any]:
     }
 
 
-def offline_erle(case: RoomCase, speech: list[Utterance], seed: int) -> float | None:
-    """What AEC3 achieves in the same room with nothing live in the way: the case's speaker
-    and echo path applied to speech offline, the reference handed over aligned by hand (each
-    piece at its exact sample time), ERLE over all but the first second (AEC3 converging),
-    counted as the live figure is (EchoStats: while the reference is audible). The live
-    ERLE should stand within 6 dB of it (issue #20)."""
-    if not case.aec or case.echo_db <= HEADSET_DB:
-        return None
+def offline_erle(room: Room, replies: list[Reply | None]) -> list[float | None]:
+    """What AEC3 achieves on each of `replies` with nothing live in the way (issue #20: the
+    live ERLE should stand within 6 dB of it): the microphone exactly as the satellite got it
+    in that run (`room` recorded it), and the reference the room's speaker played, as its
+    command handed it over, placed by hand at the sample it played (the speaker's drift left
+    in, as live). One canceller hears the whole run, cut where the room's speaker command was
+    killed (a barge-in: its trial of two filters too), and each reply is counted as the live
+    figure is: EchoStats (the microphone while the reference is audible) from just before its
+    first sound to its end, its first second included. So the two differ only in live
+    timing: where the satellite placed its reference and its capture. None for a reply the
+    recordings do not cover."""
     from wyoming.audio import AudioFormat
 
     from wyoming_pivoice.audio import EchoCanceller
     from wyoming_pivoice.satellite import EchoSettings
 
-    from ..room.acoustics import EchoPath, NoiseFloor, SpeakerPath
-
-    acoustics = case.acoustics(seed)
+    mic, source = room.recording("mic"), room.recording("source")
+    spans: dict[int, tuple[int, int]] = {}  # reply → (first sample counted, last)
+    for n, reply in enumerate(replies):
+        if reply is None or reply.first_sound is None or reply.ended is None:
+            continue
+        first = max(0, room.mic_index(reply.first_sound) - 2 * BLOCK)  # its tick, one before
+        last = room.mic_index(reply.ended) + BLOCK
+        if last <= len(mic):
+            spans[n] = (first, last)
+    starts = {first: n for n, (first, _) in spans.items()}
+    cuts = sorted(room.mic_index(at) for at in room.cuts)  # the block it went silent in
     fmt = AudioFormat(RATE, 2, 1)
-    audio = np.concatenate([_speech(u) for u in speech[:4]])
-    ref = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
-    speaker = SpeakerPath(fmt, acoustics)
-    played = np.concatenate([speaker.convert(ref), speaker.flush()])
-    mic = EchoPath(acoustics).process(played)
-    mic = mic + NoiseFloor(acoustics.noise_dbfs, seed).block(len(mic))
-    pcm = (np.clip(mic, -1, 1) * 32767).astype("<i2").tobytes()
     canceller = EchoCanceller(EchoSettings())
-    chunk = 1024  # 512 samples, the mic's chunk
-    for i in range(0, min(len(pcm), len(ref)) - chunk, chunk):
-        canceller.reference(ref[i : i + chunk], fmt, i / 2 / RATE)
-        canceller.process(pcm[i : i + chunk], (i + chunk) / 2 / RATE)
-        if i < RATE * 2 <= i + chunk:
-            canceller.take_stats()  # the first second: AEC3 converging
-    return canceller.take_stats().erle_db
+    results: list[float | None] = [None] * len(replies)
+    counting: int | None = None
+    for i in range(0, len(mic) - BLOCK + 1, BLOCK):
+        while cuts and cuts[0] <= i:
+            canceller.cut(cuts.pop(0) / RATE)
+        if i in starts and counting is None:
+            canceller.take_stats()  # what came before this reply
+            counting = starts[i]
+        canceller.reference(_pcm16(source[i : i + BLOCK]), fmt, i / RATE)
+        canceller.process(_pcm16(mic[i : i + BLOCK]), (i + BLOCK) / RATE)
+        if counting is not None and i + BLOCK >= spans[counting][1]:
+            results[counting] = canceller.take_stats().erle_db
+            counting = None
+    return results
+
+
+def _pcm16(samples: np.ndarray) -> bytes:
+    return (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
 
 
 def aec_cpu(seconds: float = 30.0) -> dict[str, float]:
@@ -426,7 +451,7 @@ def render(room: dict[str, Any]) -> list[str]:
             str(r["self_barge_ins"]), in_time if aec else "—",
             " ".join(f"{s:.0f}" for s in stops) or "—", heard if aec else "—",
             median(r["erle_db"]),
-            "—" if r.get("offline_erle_db") is None else f"{r['offline_erle_db']:.0f}",
+            median([e for e in r.get("offline_erle_db") or [] if e is not None]),
             median(r["e2e_from_endpoint_ms"]),
         ])  # fmt: skip
     headers = [
@@ -457,5 +482,17 @@ def render(room: dict[str, Any]) -> list[str]:
         f"({off['self_made_turns']} self-made).",
         f"AEC cost: {cpu['percent_of_one_core']} % of one core ({cpu['cpu_s']} s CPU for "
         f"{cpu['audio_s']:.0f} s of audio).",
+        *(
+            f"{r['name']}: ERLE dB per full reply, live / offline: "
+            + (", ".join(f"{live:.0f}/{_db_text(off)}" for live, off in pairs) or "—")
+            + f"; the room's speaker ran dry {r.get('speaker_underrun_ms', '?')} ms in all."
+            for r in room["cases"]
+            if r["case"]["aec"] and r["case"]["echo_db"] > HEADSET_DB
+            for pairs in [list(zip(r["erle_db"], r.get("offline_erle_db") or [], strict=False))]
+        ),
         "",
     ]
+
+
+def _db_text(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f}"

@@ -91,10 +91,20 @@ class SpeakerPath:
         self._drive = 10 ** (acoustics.clip_db / 20) if acoustics.clip_db else 0.0
 
     def convert(self, pcm: bytes) -> np.ndarray:
-        return self._shape(self._converter.convert(pcm), last=False)
+        return self.convert_with_source(pcm)[1]
 
     def flush(self) -> np.ndarray:
-        return self._shape(self._converter.flush(), last=True)
+        return self.flush_with_source()[1]
+
+    def convert_with_source(self, pcm: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """(the audio at 16 kHz as handed over — what the satellite's reference holds —, what
+        the speaker sends into the room)."""
+        source = self._converter.convert(pcm)
+        return source, self._shape(source, last=False)
+
+    def flush_with_source(self) -> tuple[np.ndarray, np.ndarray]:
+        source = self._converter.flush()
+        return source, self._shape(source, last=True)
 
     def _shape(self, samples: np.ndarray, last: bool) -> np.ndarray:
         if self._drift is not None:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import io
 import os
 import socket
+import struct
 import sys
+import time
 from typing import cast
 
 # A speaker's buffer is the room's to model: keep the socket's own small, so audio handed
@@ -21,6 +23,10 @@ SEND_BUFFER = 4096
 # The speaker hands the room this much at a time (23 ms at 22050 Hz): the room's device buffer
 # then holds what it models (60 ms) plus one block, not plus 93 ms.
 BLOCK_BYTES = 1024
+# Each block goes with the monotonic time the command read it (the system's one clock): the
+# room plays no sample before its device was handed it, however late the room reads it.
+HEADER = ">dI"  # time handed over, bytes that follow (0: the end, play out what you have)
+HEADER_BYTES = struct.calcsize(HEADER)
 
 
 def _connect(path: str, kind: bytes) -> socket.socket:
@@ -32,13 +38,14 @@ def _connect(path: str, kind: bytes) -> socket.socket:
 
 
 def speaker(path: str, rate: int, width: int, channels: int) -> None:
-    """Audio goes in length-prefixed blocks; an empty block says "that was all, play it
-    out". A speaker that dies without it is cut off at once, like a device that closes."""
+    """Audio goes in blocks, each after its time and length; an empty block says "that was
+    all, play it out". A speaker that dies without it is cut off at once, like a device that
+    closes."""
     sock = _connect(path, f"speaker {rate} {width} {channels}\n".encode())
     stdin = cast(io.BufferedReader, sys.stdin.buffer)  # a buffered binary stream
     while data := stdin.read1(BLOCK_BYTES):
-        sock.sendall(len(data).to_bytes(4, "big") + data)
-    sock.sendall(bytes(4))
+        sock.sendall(struct.pack(HEADER, time.monotonic(), len(data)) + data)
+    sock.sendall(struct.pack(HEADER, time.monotonic(), 0))
     sock.recv(1)  # the room closes once it has played everything
 
 

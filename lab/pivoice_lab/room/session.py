@@ -32,16 +32,17 @@ async def run_satellite_in_room(
     limit_s: float = 60.0,
     log_level: str = "DEBUG",
     during: Callable[[Room, asyncio.subprocess.Process], Awaitable[None]] | None = None,
+    record: bool = False,
 ) -> RoomRun:
     """Run `wyoming-pivoice satellite --server SERVER` with its speaker and microphone in the
     room, until the script has been said and no reply has played for `quiet_s` (or until
     `limit_s`); then stop it with SIGTERM. `during(room, process)` runs beside it (a test
-    that stops the process for a while)."""
+    that stops the process for a while); `record` keeps the room's recordings (Room)."""
     workdir.mkdir(parents=True, exist_ok=True)
     timing = workdir / "timing.jsonl"
     timing.unlink(missing_ok=True)
     log_path = workdir / "satellite.log"
-    async with Room(acoustics, script) as room:
+    async with Room(acoustics, script, record=record) as room:
         with open(log_path, "w") as log:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "wyoming_pivoice", "--log-level", log_level, "satellite",

@@ -4,7 +4,8 @@ The room ticks every 32 ms. Each tick the speaker plays 512 samples (16 kHz) of 
 commands handed it, the echo path turns that into what reaches the microphone, the
 scripted user's voice and the noise floor are added, and the block goes to every
 microphone command. The speaker takes audio only while its device buffer has room, so a
-speaker command is held back the way a sound card holds back `aplay`; when a speaker
+speaker command is held back the way a sound card holds back `aplay`, and plays no sample
+before its command handed it over (silence where it ran dry); when a speaker
 command's input ends, the room plays what it holds, then lets the command exit; when a
 speaker command is killed, the sound stops at once (within a tick), as a device's does.
 
@@ -24,10 +25,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
+import struct
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +42,7 @@ from wyoming.audio import AudioFormat
 from wyoming_pivoice.audio import AUDIO_RT_PRIORITY, Pacer
 
 from .acoustics import RATE, EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
+from .client import HEADER, HEADER_BYTES
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -50,6 +55,9 @@ MIC_BACKLOG_S = 2.0  # a microphone reader further behind than this is dropped
 # phrase synthesized late under load leaves a gap inside a reply (0.8 s split replies at
 # load 12); the bench asks its next question once a reply has ended.
 REPLY_GAP_S = 1.5
+# Recordings keep at most this much (then stop growing): 10 min at 16 kHz is 38 MB of float32
+# a stream, and a bench room runs ≤ 6 min.
+RECORD_LIMIT_S = 600.0
 
 
 def _raise_priority() -> tuple[int, int] | None:
@@ -112,7 +120,13 @@ class _Speaker:
     reply: Reply | None = None  # the reply it plays now
     quiet_s: float = 0.0  # silence since its last sound
     done_at: float | None = None
+    playing: bool = False  # it has played its first sample
     _fifo: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    # The same audio as handed over (16 kHz, before the speaker's clock and distortion),
+    # taken in step with _fifo: the reference placed by hand where it played.
+    _source: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    # [monotonic time its command handed it over, samples left] for each piece in _fifo
+    _arrivals: deque[list[float]] = field(default_factory=deque)
     _space: asyncio.Event = field(default_factory=asyncio.Event)
     _done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -141,9 +155,18 @@ class Room:
         self.mic_path = folder / "mic.sock"
         self.speaker_path = folder / "speaker.sock"
         self.replies: list[Reply] = []
+        # (room time, samples): ticks where an open speaker had less than a block to play
+        # (its command came late): the device ran dry and played that much silence.
+        self.underruns: list[tuple[float, int]] = []
         self._speakers: list[_Speaker] = []
         self.mic_opened: float | None = None  # room time of the first block a mic got
-        self.recordings: dict[str, list[np.ndarray]] = {"echo": [], "voice": [], "mic": []}
+        # With `record`, from the microphone's first block, one block per tick: the echo, the
+        # user's voice, what the microphone got, and `source` — what the speakers played as
+        # their commands handed it over (16 kHz, before the speaker's own clock, high-pass and
+        # clipping; silence where nothing played): the satellite's reference, aligned by hand.
+        self.recordings: dict[str, list[np.ndarray]] = {
+            "echo": [], "voice": [], "mic": [], "source": []
+        }  # fmt: skip
         self._echo = EchoPath(acoustics)
         self._noise = NoiseFloor(acoustics.noise_dbfs, acoustics.seed)
         self._mics: list[asyncio.StreamWriter] = []
@@ -152,6 +175,7 @@ class Room:
         self._ticker: asyncio.Task[None] | None = None
         self._tick = asyncio.Condition()
         self.now = time.monotonic()
+        self._recorded = 0.0  # seconds in the recordings
 
     # ---- commands for the satellite ------------------------------------------------------
 
@@ -219,23 +243,64 @@ class Room:
         try:
             while True:
                 await speaker._space.wait()
-                size = int.from_bytes(await reader.readexactly(4), "big")
+                sent, size = struct.unpack(HEADER, await reader.readexactly(HEADER_BYTES))
                 if not size:  # the command's input ended: play out what it handed over
-                    speaker._fifo = np.concatenate([speaker._fifo, converter.flush()])
+                    self._hand_over(speaker, sent, *converter.flush_with_source())
                     break
                 data = await reader.readexactly(size)
-                speaker._fifo = np.concatenate([speaker._fifo, converter.convert(data)])
+                self._hand_over(speaker, sent, *converter.convert_with_source(data))
                 if len(speaker._fifo) >= self.speaker_buffer:
                     speaker._space.clear()
         except (ConnectionError, asyncio.IncompleteReadError):
             # The command died (killed on barge-in): the device stops, its buffer is lost.
             speaker._fifo = speaker._fifo[:0]
+            speaker._source = speaker._source[:0]
+            speaker._arrivals.clear()
             speaker.killed = True
         speaker.closed = True
         await speaker._done.wait()  # the room played the rest
         with contextlib.suppress(ConnectionError):
             writer.close()
             await writer.wait_closed()
+
+    @staticmethod
+    def _hand_over(speaker: _Speaker, sent: float, source: np.ndarray, played: np.ndarray) -> None:
+        speaker._fifo = np.concatenate([speaker._fifo, played])
+        speaker._source = np.concatenate([speaker._source, source])
+        if len(played):
+            speaker._arrivals.append([sent, len(played)])
+
+    def _take(self, speaker: _Speaker) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """What `speaker` plays in this tick's block, [now − BLOCK, now]: each sample no sooner
+        than its command handed it over (as a device plays nothing before it is written), and
+        silence where the next has not come yet (the device ran dry). Returns the block, the
+        source in step with it, the samples taken, and where the last one lies in the block.
+
+        Taking the whole block from what had come by the tick's end played audio up to 32 ms
+        before it was written: a new stream started up to 22 ms ahead of the satellite's due
+        times, its 40 ms lead then covered 18 ms of lateness, and each shortfall (13-44 ms at
+        every speaker command's start, load 4-12) was silence the reference did not have."""
+        played = np.zeros(BLOCK, dtype=np.float32)
+        source = np.zeros(BLOCK, dtype=np.float32)
+        begin = self.now - BLOCK_SECONDS
+        pos = taken = 0
+        while pos < BLOCK and speaker._arrivals:
+            arrival = speaker._arrivals[0]
+            pos = max(pos, math.ceil((arrival[0] - begin) * RATE))
+            n = min(int(arrival[1]), BLOCK - pos)
+            if n <= 0:
+                break
+            played[pos : pos + n] = speaker._fifo[taken : taken + n]
+            given = speaker._source[taken : taken + n]
+            source[pos : pos + len(given)] = given
+            pos += n
+            taken += n
+            arrival[1] -= n
+            if not arrival[1]:
+                speaker._arrivals.popleft()
+        speaker._fifo = speaker._fifo[taken:]
+        speaker._source = speaker._source[taken:]
+        return played, source, taken, pos if taken else 0
 
     # ---- the clock --------------------------------------------------------------------------
 
@@ -261,13 +326,20 @@ class Room:
         if self.mic_opened is None and self._mics:
             self.mic_opened = self.now  # this tick's block is the microphone's first
         played = np.zeros(BLOCK, dtype=np.float32)
+        source = np.zeros(BLOCK, dtype=np.float32)
         for speaker in self._speakers:
             if speaker.done_at is not None:
                 continue
-            take = speaker._fifo[:BLOCK]
-            speaker._fifo = speaker._fifo[BLOCK:]
-            played[: len(take)] += take
-            self._follow(speaker, take)
+            # The source in step with what played, sample for sample: the speaker's start
+            # and every silence the device inserted (run dry) stay where they played; its
+            # drift (±100 ppm) is left in, as the satellite's reference has it.
+            block, given, taken, end = self._take(speaker)
+            played += block
+            source += given
+            if speaker.playing and not speaker.closed and taken < BLOCK:
+                self.underruns.append((self.now, BLOCK - taken))
+            speaker.playing = speaker.playing or bool(taken)  # it starts mid-block
+            self._follow(speaker, block[:end])
             if len(speaker._fifo) < self.speaker_buffer:
                 speaker._space.set()
             if speaker.closed and not len(speaker._fifo):
@@ -277,9 +349,10 @@ class Room:
         echo = self._echo.process(played)
         voice = self._voice_block()
         mic = echo + voice + self._noise.block(BLOCK)
-        if self.record and self.mic_opened is not None:
-            for name, block in (("echo", echo), ("voice", voice), ("mic", mic)):
+        if self.record and self.mic_opened is not None and self._recorded < RECORD_LIMIT_S:
+            for name, block in (("echo", echo), ("voice", voice), ("mic", mic), ("source", source)):
                 self.recordings[name].append(block)
+            self._recorded += BLOCK_SECONDS
         pcm = (np.clip(mic, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
         for writer in list(self._mics):
             if writer.is_closing() or writer.transport.get_write_buffer_size() > (
@@ -353,6 +426,11 @@ class Room:
         """The sample of the microphone stream (and of the recordings) at room time `when`."""
         assert self.mic_opened is not None
         return round((when - self.mic_opened) * RATE)
+
+    @property
+    def cuts(self) -> list[float]:
+        """Room times the speaker stopped because its command was killed (a barge-in)."""
+        return [s.done_at for s in self._speakers if s.killed and s.done_at is not None]
 
     def recording(self, name: str) -> np.ndarray:
         blocks = self.recordings[name]
