@@ -109,6 +109,51 @@ def test_the_user_after_the_reply_passes_through(reply, user):
     assert canceller.hearing is Hearing.CLEAR  # a second after the reply: no echo to expect
 
 
+@pytest.mark.parametrize("cut", [False, True])
+def test_a_reply_after_a_gap_is_cancelled_as_well_as_the_first(reply, cut):
+    """Two replies 1.2 s apart, on the same reference stream (the speaker reopened, or a
+    cut in between): the second must be placed where it plays. The resampler (22050 →
+    16 kHz) holds samples between pieces; carried over the gap, they came out in front of
+    the second reply and put it up to ~60 ms late: AEC3 cancelled a few dB of it."""
+    pcm, rate = reply
+    fmt = AudioFormat(rate, 2, 1)
+    acoustics = RoomAcoustics(echo_db=-10, delay_ms=60, tail_ms=60)
+    played = StreamingConverter(fmt, RATE).convert(pcm)
+    first, gap = RATE // 2, int(1.2 * RATE)
+    second = first + len(played) + gap
+    total = second + len(played) + RATE // 2
+    speaker = np.zeros(total, dtype=np.float32)
+    speaker[first : first + len(played)] = played
+    speaker[second : second + len(played)] = played
+    echo = EchoPath(acoustics).process(speaker)
+    mic = echo + NoiseFloor(acoustics.noise_dbfs, 1).block(total)
+    canceller = EchoCanceller(EchoSettings())
+    piece = int(rate * 0.02) * 2
+    pieces = list(enumerate(range(0, len(pcm), piece)))
+    for i, offset in pieces:
+        canceller.reference(pcm[offset : offset + piece], fmt, first / RATE + i * 0.02)
+    out, handed = [], False
+    for n in range(total // CHUNK_SAMPLES):
+        lo = n * CHUNK_SAMPLES
+        if not handed and lo >= second - 3 * CHUNK_SAMPLES:  # the second, just before it plays
+            handed = True
+            if cut:
+                canceller.cut(lo / RATE)
+            for i, offset in pieces:
+                canceller.reference(pcm[offset : offset + piece], fmt, second / RATE + i * 0.02)
+        chunk = (np.clip(mic[lo : lo + CHUNK_SAMPLES], -1, 1) * 32767).astype("<i2").tobytes()
+        processed = canceller.process(chunk, (n + 1) * CHUNK_SECONDS)
+        out.append(np.frombuffer(processed, dtype="<i2").astype(np.float32) / 32768)
+    cleaned = np.concatenate(out)
+
+    def erle(start: int) -> float:
+        span = slice(start + RATE // 2, start + len(played))  # after its first half second
+        return _dbfs(echo[span]) - _dbfs(cleaned[span])
+
+    assert erle(first) > 20
+    assert erle(second) > erle(first) - 6, (erle(first), erle(second))
+
+
 async def test_the_sink_reports_each_piece_with_its_due_time():
     sink = NullSink(realtime=True)
     taps: list[tuple[int, float]] = []
@@ -243,6 +288,32 @@ def test_after_a_barge_in_the_estimate_counts_on_no_cancelling_until_it_measures
     assert estimate.coupling_db == coupling
     # ...so the echo alone is expected at its full level: only a voice over it interrupts.
     assert estimate.expected_residual() >= loud / 4 * 0.9 + floor
+    # Its first window measured is not counted on either: the filters meet a speaker command
+    # opened anew (a reply's own echo made a turn 0.6 s into it, just after that window).
+    from wyoming_pivoice.audio.echo import CONVERGE_FRAMES
+
+    for _ in range(CONVERGE_FRAMES - 1):
+        estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
+    assert estimate.erle_db == pytest.approx(30, abs=0.5)
+    assert estimate.expected_residual() >= loud / 4 * 0.9
+    estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
+    assert estimate.expected_residual() < loud / 4 / 100
+
+
+def test_a_new_canceller_is_not_counted_on_before_it_has_heard_its_first_seconds():
+    """AEC3 converges over its first second or two of echo; the estimate's first windows
+    may measure it high before it is (offline: residual bursts 10-19 dB over the estimate
+    0.6 s into the first reply, Silero 0.35-0.54)."""
+    from wyoming_pivoice.audio.echo import CONVERGE_FRAMES, EchoEstimate
+
+    estimate = EchoEstimate()
+    loud = 1e-2
+    for _ in range(CONVERGE_FRAMES - 1):  # coupling −6 dB, 30 dB cancelled
+        estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
+    assert estimate.erle_db == pytest.approx(30, abs=0.5)
+    assert estimate.expected_residual() >= loud / 4 * 0.9  # still no cancelling counted
+    estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
+    assert estimate.expected_residual() < loud / 4 / 100
 
 
 def test_replies_shorter_than_the_echo_delay_keep_the_room_coupled():

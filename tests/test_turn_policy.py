@@ -57,8 +57,9 @@ def test_a_voice_at_the_echos_level_interrupts() -> None:
     decisions = run(probs, evidence)
     assert decisions[0] is Decision.IGNORE
     assert Decision.INTERRUPT in decisions
-    # A plain voice (excess ≥ the strong margin) needs no more than speech in silence.
-    assert decisions.index(Decision.INTERRUPT) == POLICY.min_speech_frames
+    # A plain voice (excess ≥ the strong margin) needs less than speech in silence.
+    assert decisions.index(Decision.INTERRUPT) == POLICY.strong_min_speech_frames
+    assert POLICY.strong_min_speech_frames < POLICY.min_speech_frames
 
 
 def test_a_weak_excess_needs_the_longer_evidence() -> None:

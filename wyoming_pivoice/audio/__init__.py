@@ -15,7 +15,7 @@ from ..exports import lazy_exports, names
 _EXPORTS = {
     ".core": ("FastBargeIn",),
     ".echo": ("EchoCanceller",),
-    ".format": ("CHUNK_BYTES", "CHUNK_SECONDS"),
+    ".format": ("CHUNK_BYTES", "CHUNK_SAMPLES", "CHUNK_SECONDS"),
     ".pacing": ("AUDIO_RT_PRIORITY", "Pacer"),
     ".pcm": ("StreamingConverter", "float_to_pcm16"),
     ".speaker": ("NullSink",),
@@ -23,7 +23,7 @@ _EXPORTS = {
 if TYPE_CHECKING:  # the same names, for the type checker (tests/test_layout.py: they agree)
     from .core import FastBargeIn
     from .echo import EchoCanceller
-    from .format import CHUNK_BYTES, CHUNK_SECONDS
+    from .format import CHUNK_BYTES, CHUNK_SAMPLES, CHUNK_SECONDS
     from .pacing import AUDIO_RT_PRIORITY, Pacer
     from .pcm import StreamingConverter, float_to_pcm16
     from .speaker import NullSink

@@ -236,6 +236,13 @@ class CoreSource:
         evidence = None
         if canceller is not None and probability is not None:
             evidence = canceller.evidence(probability)
+            if evidence.playing and _LOGGER.isEnabledFor(logging.DEBUG):
+                # What the turn policy weighed, chunk by chunk while a reply may be heard: a
+                # barge-in missed or a self-made one in a live run is read from these lines.
+                _LOGGER.debug(
+                    "Over the reply at %.3f: VAD %.2f, residual %s dB, expected %s dB",
+                    now, probability, evidence.residual_db, evidence.expected_residual_db,
+                )  # fmt: skip
             self._fast_barge_in(evidence, now)
         return Frame(chunk, now, probability, hearing, evidence)
 

@@ -32,7 +32,7 @@ from ..satellite.protocols import Hearing
 from ..satellite.settings import EchoSettings
 from ..satellite.turn_policy import NO_COUPLING_DB, Evidence
 from .format import RATE
-from .pcm import StreamingConverter
+from .pcm import StreamingConverter, frame_bytes
 
 if TYPE_CHECKING:
     from livekit import rtc
@@ -67,6 +67,13 @@ USER_IN_WINDOW_DB = 3.0
 MAX_ERLE_DB = 40.0
 ONSET_QUIET_FRAMES = 100  # a reference silent this long (1 s) and sounding again: a reply starts
 ONSET_FRAMES = 50  # its first 0.5 s
+# A new AEC3 converges over its first second or two of echo; what the estimate's first
+# windows measure of it is not yet what it does (offline, a reply's first second: ERLE
+# estimated ~35 dB while it left residual bursts 10-19 dB over that, Silero 0.35-0.54). So
+# do the filters of the reply after a barge-in, on a speaker command opened anew (bench,
+# −6 dB/150 ms room, load 6-13: that reply's own echo started a turn 0.6 s into it, just
+# after its first window had measured them).
+CONVERGE_FRAMES = 150
 # After a barge-in a fresh AEC3 runs beside the live one (see EchoCanceller) and the better
 # of the two over windows of this many 10 ms frames of reply is heard; after TRIAL_WINDOWS
 # windows without the user's voice the worse one is dropped.
@@ -150,6 +157,7 @@ class EchoEstimate:
         self._recent: deque[float] = deque(maxlen=RECENT_FRAMES)  # reference frame energies
         self._silent_frames = ONSET_QUIET_FRAMES  # reference frames in a row without sound
         self._since_onset = 0  # audible frames since a reply's first sound
+        self._audible = 0  # audible frames since the canceller started or a barge-in
 
     @property
     def coupling_db(self) -> float | None:
@@ -173,6 +181,7 @@ class EchoEstimate:
             if self._silent_frames >= ONSET_QUIET_FRAMES:
                 self._since_onset = 0
             self._since_onset += 1
+            self._audible += 1
             self._silent_frames = 0
         else:
             self._silent_frames += 1
@@ -217,6 +226,7 @@ class EchoEstimate:
         as the user (the room at −3 dB/250 ms, RT60 0.7, load 9-10: 2 of 3 runs made a turn
         of the next reply's own echo). The coupling is the room's and stays."""
         self._erles.clear()
+        self._audible = 0
 
     @property
     def no_echo(self) -> bool:
@@ -233,8 +243,10 @@ class EchoEstimate:
         # through the user's voice over the last reply (a barge-in's trial judges the two
         # filters only as the reply plays), and leaks until it re-adapts (measured with a
         # restart: a self-made turn 0.3 s into the next reply). Count on no cancelling for
-        # its first 0.5 s: only a voice louder than the echo itself interrupts then.
-        erle = self.erle_db if self._since_onset >= ONSET_FRAMES else 0.0
+        # its first 0.5 s: only a voice louder than the echo itself interrupts then; so in
+        # the first CONVERGE_FRAMES of echo after the canceller started or a barge-in.
+        settled = self._since_onset >= ONSET_FRAMES and self._audible >= CONVERGE_FRAMES
+        erle = self.erle_db if settled else 0.0
         return echo / 10 ** (erle / 10) + self.floor
 
 
@@ -250,6 +262,13 @@ class _Reference:
     samples: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     converter: StreamingConverter | None = None
     fmt: AudioFormat | None = None
+    fed_until: float = 0.0  # timeline index where the stream's input so far ends
+
+    def feed(self, pcm: bytes, fmt: AudioFormat) -> np.ndarray:
+        """The stream's next piece, resampled to the timeline's rate."""
+        assert self.converter is not None
+        self.fed_until += len(pcm) / frame_bytes(fmt) * RATE / fmt.rate
+        return self.converter.convert(pcm)
 
     @property
     def end(self) -> int:
@@ -358,22 +377,29 @@ class EchoCanceller:
     def _add_reference(self, pcm: bytes, fmt: AudioFormat, due: float) -> None:
         index = self._index(due)
         ref = self._ref
-        if ref.fmt != fmt or index > ref.end + JOIN_SECONDS * RATE:
-            if ref.fmt != fmt:
-                ref.converter = StreamingConverter(fmt, RATE)  # another format: a new stream
-                ref.fmt = fmt
+        parts = [ref.samples]
+        # The input's end, not the output's: the resampler's output lags it by what it holds.
+        if ref.converter is None or ref.fmt != fmt or index > ref.fed_until + JOIN_SECONDS * RATE:
+            # A new stream (the first, another format, or after a gap: the speaker ran dry,
+            # was cut, or reopened). What the old resampler still holds is the end of the
+            # old stream and goes there; the new one starts on a fresh resampler. Carried
+            # over, those held samples (soxr holds up to ~60 ms at 22050 → 16 kHz) came out
+            # in front of the new stream and put all of it that much late: AEC3 then
+            # cancelled 1-7 dB of a second reply it had cancelled 30 dB of the first time
+            # (offline, the −10 dB/60 ms room; 28-35 dB with this).
+            if ref.converter is not None and ref.fmt == fmt:
+                parts.append(ref.converter.flush())
+            ref.converter, ref.fmt = StreamingConverter(fmt, RATE), fmt
             # Nothing plays in the past: a piece reported after the microphone moved on
             # starts no earlier than what the mic reads now.
             if self._capture_index is not None:
                 index = max(index, self._capture_index)
-        assert ref.converter is not None
-        samples = ref.converter.convert(pcm)
-        if index > ref.end + JOIN_SECONDS * RATE:
-            # A gap (the speaker ran dry, or nothing played): silence on the timeline.
-            gap = np.zeros(index - ref.end, dtype=np.float32)
-            ref.samples = np.concatenate([ref.samples, gap, samples])
-        else:
-            ref.samples = np.concatenate([ref.samples, samples])
+            end = ref.start + sum(len(p) for p in parts)
+            if index > end:  # silence on the timeline until it starts
+                parts.append(np.zeros(index - end, dtype=np.float32))
+            ref.fed_until = max(index, end)
+        parts.append(ref.feed(pcm, fmt))
+        ref.samples = np.concatenate(parts)
 
     def cut(self, at: float) -> None:
         """The reply stopped at monotonic `at` (a barge-in on a sink that stops its device):
@@ -382,6 +408,7 @@ class EchoCanceller:
             ref, index = self._ref, self._index(at)
             if index < ref.end:
                 ref.samples = ref.samples[: max(0, index - ref.start)]
+            ref.converter = None  # what it holds never plays: the next piece starts anew
             self._barge_in()
 
     def barge_in(self) -> None:

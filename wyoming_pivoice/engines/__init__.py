@@ -16,6 +16,7 @@ _EXPORTS = {
     ".priority": ("AudioFirst",),
     ".remote_llm": ("RemoteChat", "RemoteLlmError"),
     ".tts": ("PiperTts", "TtsSettings"),
+    ".vad": ("SileroVad",),
 }
 if TYPE_CHECKING:  # the same names, for the type checker (tests/test_layout.py: they agree)
     from .asr import AsrSettings, WhisperAsr
@@ -23,6 +24,7 @@ if TYPE_CHECKING:  # the same names, for the type checker (tests/test_layout.py:
     from .priority import AudioFirst
     from .remote_llm import RemoteChat, RemoteLlmError
     from .tts import PiperTts, TtsSettings
+    from .vad import SileroVad
 
 __all__ = names(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

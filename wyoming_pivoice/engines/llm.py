@@ -31,7 +31,12 @@ class LlmSettings:
     threads: int = opt(0, "--llm-threads", help="0: all cores", addon=Addon("int(0,64)?"))
     context: int = opt(2048, "--llm-context", addon=Addon("int(256,131072)"))
     max_tokens: int = opt(256, "--max-tokens", help="cap on one reply", addon=Addon("int(8,4096)"))
-    temperature: float = 0.2
+    temperature: float = opt(
+        0.2,
+        "--llm-temperature",
+        help="sampling temperature (here or at --llm-url); 0: greedy, the same prompt always "
+        "gets the same reply",
+    )
     system_prompt: str = opt(
         SYSTEM_PROMPTS["en"],
         "--system-prompt",

@@ -170,9 +170,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--ha-follow",
         action="store_true",
         help="first sound of the same reply standalone and in Home Assistant mode (following "
-        "our server, and HA's own audio) against a stand-in of HA 2026.10's pipeline; the "
-        "server's LLM is a fixed-reply engine so the replies are equal (alone: it skips the "
-        "rest); --rounds (default 5) rounds of a one- and a three-sentence reply",
+        "our server, and HA's own audio) against a stand-in of HA 2026.10's pipeline, on the "
+        "server's embedded models with the LLM greedy so the replies are equal (alone: it "
+        "skips the rest); --rounds (default 5) rounds of a one- and a three-sentence reply",
     )
     parser.add_argument(
         "--wer",

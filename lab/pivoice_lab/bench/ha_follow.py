@@ -3,7 +3,7 @@
 Issue #21's target: in HA mode, with our server as the pipeline's agent and TTS, the first
 played sample comes within 300 ms of standalone on the same reply. Each round says each
 question once through three real satellite processes on one real server (faster-whisper,
-Piper), one after another:
+SmolLM2-135M on llama.cpp, Piper: the server's embedded models), one after another:
 
 - standalone: `satellite --server` (our VAD, the server's STT, the streamed reply, our TTS);
 - HA, following: `satellite --uri … --server …` in HA mode, driven by a stand-in of HA
@@ -15,12 +15,14 @@ Piper), one after another:
 The clock is the satellite's own (--timing-log): our VAD's endpoint (the silence window is
 the same in all three) to the first sample handed to the speaker (`--snd-wav --snd-realtime`).
 
-The replies must be the same in all three, or the figure measures SmolLM2's whim: the server's
-conversation runs on a fixed-reply engine (`FixedReply`, the OpenAI API on loopback, through
-the server's own remote-LLM client: --llm-url), which streams the given reply a word at a time
-at a stated pace. That engine is a stand-in for the LLM ONLY; STT and TTS are the real models,
-and the LLM's time is the same in all three modes by construction, so the difference is the
-pipeline's.
+The replies must be the same in all three, or the figure measures SmolLM2's whim: the server
+runs greedy (--llm-temperature 0) and each mode asks in a conversation of its own (a new
+standalone satellite, a conversation id per HA run) after a turn of other words (the same KV
+cache for each: OTHER_WORDS), so the same transcript gets the same prompt and the same words.
+The words are checked, not assumed: each turn keeps its transcript and reply, and the table
+says in how many rounds the three modes got the same words (a transcript that differs, e.g.
+speculative STT on a cut clip, would change them). The LLM's time is the real model's under
+the machine's load, which the three modes of a round share: hence the per-round differences.
 """
 
 from __future__ import annotations
@@ -29,15 +31,14 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -45,25 +46,35 @@ from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncClient, AsyncTcpClient
 from wyoming.event import Event
+from wyoming.handle import HandledStop
 from wyoming.ping import Ping
 from wyoming.satellite import RunSatellite
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 from wyoming.vad import VoiceStarted, VoiceStopped
 
+from wyoming_pivoice.compute_log import Compute
+
 from ..ports import free_port, wait_for_port
 from .servers import pivoice_server, stop, warm
 from .tables import render_table
 
-REPLIES = {
-    "one sentence": "The kitchen lights are on now, and the front door is locked.",
-    "three sentences": (
-        "The kitchen lights are on now. The front door is locked, and the heating is set "
-        "to twenty degrees. Have a good evening, and call me if you need anything else."
-    ),
+# What greedy SmolLM2-135M-Instruct Q4_1 says to whisper tiny.en's transcript of espeak-ng's
+# question, with the default system prompt: "Paris is the capital of France and the largest
+# city in Europe." and "The moon is a celestial body that orbits our planet. It's a breathtaking
+# sight, with its own unique light and shadow. The moon has been in the sky for billions of
+# years, shaping the tides on Earth." The run records what it says this time. (Questions the
+# satellites' STT mishears are no use: "What is the weather like today?" came back as "What is
+# not when they're like today?".)
+QUESTIONS = {
+    "one sentence": "Where is Paris?",
+    "three sentences": "Tell me about the moon.",
 }
-QUESTION = "Turn on the kitchen lights and lock the front door please."
-FIRST_TOKEN_S = 0.15  # the fixed-reply engine's pace: SmolLM2-135M's first token here
-WORD_S = 0.03  # … and a word (≈ 1.3 tokens at 22 ms a token, measured on this machine)
+# Asked before each timed turn so that every timed turn finds the same KV cache, the system
+# prompt's. llama.cpp reuses the longest cached prefix: the same prompt twice in a row is
+# reused whole, which flattered the second mode's first token (31 against 104 ms) and,
+# evaluated in another batch, changed greedy SmolLM2's words ("orbits our planet" → "orbits
+# Earth"). After other words the question's own tokens are evaluated afresh, as in a home.
+OTHER_WORDS = "Hello."
 SATELLITE_ID = "assist_satellite.kitchen_satellite"  # what HA calls "Kitchen satellite"
 FFMPEG_HOLD_S = 4.6  # HA pipes a satellite's TTS through ffmpeg: nothing until this much
 HA_CHUNK_BYTES = 2048
@@ -71,91 +82,13 @@ TURN_TIMEOUT_S = 120.0
 MODES = ("standalone", "ha_following", "ha_own_audio")
 
 
-# ---- the fixed-reply engine (an LLM stand-in on the OpenAI API) ----------------------------
-
-
-class FixedReply:
-    """OpenAI-compatible chat completions on loopback that stream `reply` a word at a time."""
-
-    def __init__(self) -> None:
-        self.reply = next(iter(REPLIES.values()))
-        self.port = free_port()
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:  # quiet
-                return
-
-            def _json(self, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                if self.path.rstrip("/").endswith("/models"):
-                    self._json({"object": "list", "data": [{"id": "fixed", "object": "model"}]})
-                else:
-                    self.send_error(404)
-
-            def do_POST(self) -> None:
-                # A client that leaves mid-reply (a warm-up, a cut turn) ends it here.
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self._complete()
-
-            def _complete(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
-                if not self.path.endswith("/chat/completions"):
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()  # HTTP/1.0: the stream ends when the connection closes
-                time.sleep(FIRST_TOKEN_S)  # the engine's pace, not synchronisation
-                words = owner.reply.split(" ")
-                for n, word in enumerate(words):
-                    self._event({"content": word if n == 0 else " " + word}, None)
-                    time.sleep(WORD_S)
-                self._event({}, "stop")
-                self.wfile.write(b"data: [DONE]\n\n")
-
-            def _event(self, delta: dict[str, str], finish: str | None) -> None:
-                chunk = {
-                    "id": "fixed",
-                    "object": "chat.completion.chunk",
-                    "created": 0,
-                    "model": "fixed",
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-                }
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                self.wfile.flush()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def __enter__(self) -> FixedReply:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 # ---- speech and satellites -------------------------------------------------------------------
 
 
-def make_question(path: Path) -> bytes:
+def make_question(path: Path, question: str) -> bytes:
     """The question, spoken by espeak-ng at 16 kHz (0.3 s before, 1.0 s after): raw PCM."""
     raw = path.with_suffix(".espeak.wav")
-    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(raw), QUESTION], check=True)
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(raw), question], check=True)
     subprocess.run(
         ["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(path), "pad", "0.3", "1.0"],
         check=True,
@@ -165,10 +98,9 @@ def make_question(path: Path) -> bytes:
     return pcm.read_bytes()
 
 
-def mic_command(folder: Path, speech: bytes) -> str:
-    """A --mic-command: silence (3 VAD frames at a time), the question once per cue file."""
+def mic_command(folder: Path) -> str:
+    """A --mic-command: silence (3 VAD frames at a time), speech.raw once per cue file."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "speech.raw").write_bytes(speech)
     (folder / "gap.raw").write_bytes(bytes(3072))
     go = folder / "go"
     return (
@@ -184,7 +116,7 @@ def satellite_argv(*args: str) -> list[str]:
 
 def first_sound(timing: Path, turn: int) -> dict[str, Any]:
     """The satellite's clock for its `turn`-th timing line (1-based): endpoint → first played,
-    endpoint → transcript, and the reply it logged."""
+    endpoint → transcript, and the transcript and reply it logged."""
     lines = [json.loads(line) for line in timing.read_text().splitlines() if line.strip()]
     record = lines[turn - 1]
     stamps = record["stamps"]
@@ -192,8 +124,18 @@ def first_sound(timing: Path, turn: int) -> dict[str, Any]:
     return {
         "first_sound_ms": None if played is None else round((played - endpoint) * 1000),
         "to_transcript_ms": None if heard is None else round((heard - endpoint) * 1000),
+        "transcript": record.get("transcript") or "",
         "reply": record.get("reply") or "",
     }
+
+
+def words(text: str) -> list[str]:
+    """A reply's words, as the ear gets them: case and punctuation aside."""
+    return re.findall(r"[\w']+", text.lower())
+
+
+def sentences(text: str) -> int:
+    return len([s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s])
 
 
 async def until(condition: Any, what: str, timeout: float = TURN_TIMEOUT_S) -> Any:
@@ -363,13 +305,13 @@ class HaSatellite:
 
 @contextlib.contextmanager
 def ha_satellite(
-    name: str, folder: Path, speech: bytes, server_uri: str, follow: bool, silence_ms: int
+    name: str, folder: Path, server_uri: str, follow: bool, silence_ms: int
 ) -> Iterator[HaSatellite]:
     port = free_port()
     folder.mkdir(parents=True, exist_ok=True)
     argv = satellite_argv(
         "--uri", f"tcp://127.0.0.1:{port}", "--no-zeroconf", "--name", "Kitchen satellite",
-        "--mic-command", mic_command(folder / "mic", speech), "--vad-silence-ms", str(silence_ms),
+        "--mic-command", mic_command(folder / "mic"), "--vad-silence-ms", str(silence_ms),
         "--snd-wav", str(folder / "reply-{n}.wav"), "--snd-realtime",
         "--timing-log", str(folder / "timing.jsonl"),
         *(("--server", server_uri) if follow else ()),
@@ -389,7 +331,9 @@ DROPPED = "Dropping Home Assistant's audio of the reply we followed"
 OURS = "Playing our server's reply to this turn (followed)"
 
 
-async def ha_turn(sat: HaSatellite, server_uri: str, round_id: str) -> dict[str, Any]:
+async def ha_turn(
+    sat: HaSatellite, server_uri: str, round_id: str, speech: bytes
+) -> dict[str, Any]:
     """One turn; with what the satellite played: its WAVs (one per playback) and log lines."""
     log_before = (sat.folder / "satellite.log").read_text()
     wavs_before = len(list(sat.folder.glob("reply-*.wav")))
@@ -399,6 +343,10 @@ async def ha_turn(sat: HaSatellite, server_uri: str, round_id: str) -> dict[str,
         await until(
             lambda: log_file.read_text().count("paused → listening") > sat.turns, "listening"
         )
+        # The mic command reads speech.raw only once "go" exists: replaced whole before that.
+        staged = sat.folder / "mic" / "speech.next"
+        staged.write_bytes(speech)
+        staged.replace(sat.folder / "mic" / "speech.raw")
         (sat.folder / "mic" / "go").touch()
         reply = await ha.turn(f"bench-{sat.name}-{round_id}")
     sat.turns += 1
@@ -433,60 +381,86 @@ def standalone_turn(folder: Path, mic: Path, server_uri: str, silence_ms: int, n
 # ---- the section ---------------------------------------------------------------------------
 
 
+async def other_turn(server_uri: str) -> None:
+    """A turn of OTHER_WORDS, without memory, to its end."""
+    async with AsyncClient.from_uri(server_uri) as server:
+        await server.write_event(Transcript(text=OTHER_WORDS).event())
+        while (event := await server.read_event()) is not None:
+            if HandledStop.is_type(event.type) or event.type == "error":
+                return
+    raise ConnectionError("the server closed before its handled-stop")
+
+
+def llm_first_token_ms(records: list[Any]) -> int | None:
+    """The last conversation turn's first token among a server's new compute records (a
+    speculative turn that speech made void comes before the one that played)."""
+    turns = [r for r in records if isinstance(r, Compute) and r.kind == "llm"]
+    first = turns[-1].first if turns else None
+    return None if first is None else round(first * 1000)
+
+
 def run(rounds: int, workdir: Path | None, silence_ms: int) -> dict[str, Any]:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="pivoice-ha-follow-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    mic = workdir / "question.wav"
-    speech = make_question(mic)
+    mics = {kind: workdir / f"question-{kind.split()[0]}.wav" for kind in QUESTIONS}
+    speech = {kind: make_question(mics[kind], question) for kind, question in QUESTIONS.items()}
     turns: list[dict[str, Any]] = []
     began = time.monotonic()
     load_start = [round(x, 2) for x in os.getloadavg()]
-    with FixedReply() as llm:
-        extra = ["--llm-url", llm.url, "--llm-remote-model", "fixed", "--llm-concurrency", "1"]
-        with pivoice_server(workdir / "server.log", extra) as server:
-            asyncio.run(warm(server.uri))
-            with (
-                ha_satellite("following", workdir / "ha-following", speech, server.uri, True,
-                             silence_ms) as following,
-                ha_satellite("own", workdir / "ha-own", speech, server.uri, False,
-                             silence_ms) as own,
-            ):  # fmt: skip
-                for n in range(rounds):
-                    for kind, reply in REPLIES.items():
-                        llm.reply = reply
-                        round_id = f"{n}-{kind.split()[0]}"
-                        figures = {
-                            "standalone": standalone_turn(
-                                workdir / "standalone", mic, server.uri, silence_ms, len(turns)
-                            ),
-                            "ha_following": asyncio.run(ha_turn(following, server.uri, round_id)),
-                            "ha_own_audio": asyncio.run(ha_turn(own, server.uri, round_id)),
-                        }
-                        for mode, got in figures.items():
-                            turns.append(
-                                {
-                                    "round": n,
-                                    "kind": kind,
-                                    "mode": mode,
-                                    **got,
-                                    "same_reply": got["reply"].strip() == reply,
-                                    "load_1min": round(os.getloadavg()[0], 2),
-                                }
-                            )
-                        sys.stderr.write(
-                            f"ha-follow round {n + 1}/{rounds} {kind}: "
-                            + ", ".join(f"{m} {g['first_sound_ms']} ms" for m, g in figures.items())
-                            + f" (load {os.getloadavg()[0]:.1f})\n"
+    # The embedded LLM, greedy: the same transcript gets the same words in every mode.
+    with pivoice_server(workdir / "server.log", ["--llm-temperature", "0"]) as server:
+        asyncio.run(warm(server.uri))
+        model = next((r.model for r in server.compute() if getattr(r, "kind", "") == "llm"), "")
+        with (
+            ha_satellite("following", workdir / "ha-following", server.uri, True,
+                         silence_ms) as following,
+            ha_satellite("own", workdir / "ha-own", server.uri, False, silence_ms) as own,
+        ):  # fmt: skip
+            for n in range(rounds):
+                for kind in QUESTIONS:
+                    round_id = f"{n}-{kind.split()[0]}"
+                    figures: dict[str, dict[str, Any]] = {}
+                    for mode in MODES:
+                        asyncio.run(other_turn(server.uri))
+                        seen = len(server.compute())
+                        if mode == "standalone":
+                            got = standalone_turn(
+                                workdir / "standalone", mics[kind], server.uri, silence_ms,
+                                len(turns),
+                            )  # fmt: skip
+                        else:
+                            sat = following if mode == "ha_following" else own
+                            got = asyncio.run(ha_turn(sat, server.uri, round_id, speech[kind]))
+                        got["llm_first_token_ms"] = llm_first_token_ms(server.compute()[seen:])
+                        figures[mode] = got
+                    said = {mode: words(got["reply"]) for mode, got in figures.items()}
+                    same = len({tuple(w) for w in said.values()}) == 1
+                    for mode, got in figures.items():
+                        turns.append(
+                            {
+                                "round": n,
+                                "kind": kind,
+                                "mode": mode,
+                                **got,
+                                "sentences": sentences(got["reply"]),
+                                "same_words": same,  # as the other two modes of this round
+                                "load_1min": round(os.getloadavg()[0], 2),
+                            }
                         )
+                    sys.stderr.write(
+                        f"ha-follow round {n + 1}/{rounds} {kind}: "
+                        + ", ".join(f"{m} {g['first_sound_ms']} ms" for m, g in figures.items())
+                        + ("" if same else " (NOT the same words)")
+                        + f" (load {os.getloadavg()[0]:.1f})\n"
+                    )
     return {
         "section": "ha_follow",
         "meta": {
             "rounds": rounds,
             "silence_window_ms": silence_ms,
-            "question": QUESTION,
-            "replies": REPLIES,
-            "llm": f"fixed reply (OpenAI API stand-in): first word {FIRST_TOKEN_S * 1000:.0f} ms, "
-            f"then {WORD_S * 1000:.0f} ms a word",
+            "questions": QUESTIONS,
+            "llm": f"the server's embedded llama.cpp {model or 'model'}, greedy "
+            "(--llm-temperature 0), the default system prompt",
             "ha": "stand-in of HA 2026.10's pipeline (our STT, the turn with satellite_id, "
             f"streaming TTS, ffmpeg's {FFMPEG_HOLD_S} s hold, unpaced audio)",
             "load_average_start": load_start,
@@ -500,10 +474,11 @@ def run(rounds: int, workdir: Path | None, silence_ms: int) -> dict[str, Any]:
 
 
 def summarize(turns: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per reply: the median first sound of each mode, and the median of the per-round
-    differences against standalone (the same round: the load they shared)."""
+    """Per question: the median first sound of each mode, the median of the per-round
+    differences against standalone (the same round: the load they shared), whether the modes
+    got the same words, and the follow's outcome."""
     out: dict[str, Any] = {}
-    for kind in REPLIES:
+    for kind in QUESTIONS:
         mine = [t for t in turns if t["kind"] == kind]
         row: dict[str, Any] = {}
         for mode in MODES:
@@ -528,7 +503,15 @@ def summarize(turns: list[dict[str, Any]]) -> dict[str, Any]:
                 "median": round(statistics.median(diffs)) if diffs else None,
                 "per_round": diffs,
             }
-        row["same_reply_all"] = all(t["same_reply"] for t in mine)
+        same = {t["round"] for t in mine if t["same_words"]}
+        row["same_words_rounds"] = f"{len(same)}/{len(by_round)}"
+        # Every reply heard, with the turns that said it: one entry when all agree.
+        said: dict[str, list[str]] = {}
+        for t in mine:
+            said.setdefault(t["reply"].strip(), []).append(f"{t['mode']} {t['round'] + 1}")
+        row["replies"] = said
+        row["transcripts"] = sorted({t["transcript"] for t in mine})
+        row["sentences"] = sorted({t["sentences"] for t in mine})
         follows = [t for t in mine if t["mode"] == "ha_following"]
         # Ours played and HA's copy dropped: one playback per turn, every turn.
         ok = sum(
@@ -540,6 +523,17 @@ def summarize(turns: list[dict[str, Any]]) -> dict[str, Any]:
         row["to_transcript_ms"] = {
             mode: statistics.median(
                 [t["to_transcript_ms"] for t in mine if t["mode"] == mode and t["to_transcript_ms"]]
+                or [0]
+            )
+            for mode in MODES
+        }
+        row["llm_first_token_ms"] = {
+            mode: statistics.median(
+                [
+                    t["llm_first_token_ms"]
+                    for t in mine
+                    if t["mode"] == mode and t.get("llm_first_token_ms") is not None
+                ]
                 or [0]
             )
             for mode in MODES
@@ -564,7 +558,7 @@ def render(result: dict[str, Any]) -> str:
     ]
     rows = []
     for kind, row in summary.items():
-        follow_diff = row["ha_following_minus_standalone_ms"]["median"]
+        follow = row["ha_following_minus_standalone_ms"]
         own_diff = row["ha_own_audio_minus_standalone_ms"]["median"]
         rows.append(
             [
@@ -572,9 +566,10 @@ def render(result: dict[str, Any]) -> str:
                 _cell(row["standalone"]),
                 _cell(row["ha_following"]),
                 _cell(row["ha_own_audio"]),
-                f"{follow_diff:+d} ms" if follow_diff is not None else "-",
+                f"{follow['median']:+d} ms" if follow["median"] is not None else "-",
+                ", ".join(f"{d:+d}" for d in follow["per_round"]),
                 f"{own_diff:+d} ms" if own_diff is not None else "-",
-                "yes" if row["same_reply_all"] else "NO",
+                row["same_words_rounds"],
                 row["following_ok"],
                 f"{row['load_1min'][0]:.1f}–{row['load_1min'][1]:.1f}",
             ]
@@ -582,17 +577,36 @@ def render(result: dict[str, Any]) -> str:
     lines.append(
         render_table(
             [
-                "reply",
+                "question",
                 "standalone",
                 "HA, following",
                 "HA, HA's own audio",
                 "following − standalone (median per round)",
+                "per round",
                 "own audio − standalone",
-                "same reply",
+                "same words, 3 modes (rounds)",
                 "ours played, HA's dropped",
                 "load",
             ],
             rows,
         )
     )
+    lines.append("")
+    for kind, row in summary.items():
+        question = meta.get("questions", {}).get(kind, kind)
+        llm = ", ".join(f"{m} {v:.0f}" for m, v in row["llm_first_token_ms"].items())
+        lines.append(
+            f"{kind}: asked {question!r}, heard {' / '.join(map(repr, row['transcripts']))}; "
+            f"LLM first token (median ms): {llm}"
+        )
+        replies = row["replies"]
+        if len(replies) == 1:
+            [reply] = replies
+            count = "/".join(map(str, row["sentences"]))
+            noun = "sentence" if row["sentences"] == [1] else "sentences"
+            lines.append(f"  every turn said ({count} {noun}, {len(reply)} chars): {reply!r}")
+        else:  # said, not hidden: the figure then compares different replies
+            lines.append(f"  NOT the same reply in every turn ({len(replies)} different):")
+            for reply, where in replies.items():
+                lines.append(f"    {', '.join(where)}: {reply!r}")
     return "\n".join(lines) + "\n"

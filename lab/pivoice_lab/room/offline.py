@@ -1,0 +1,227 @@
+"""The barge-in decision offline: the satellite's own canceller, VAD and fast barge-in, run
+chunk by chunk on a recorded scene, so a change to the turn policy can be scored on many
+scenes in seconds before the live bench (under load) decides.
+
+A scene: a reply played in full (the canceller and the echo estimate settle, as after the
+bench's first question), 1.2 s of quiet, a second reply; optionally the user talks over the
+second reply at `onset_s` after it starts, at `gain_db` against the echo's own level at the
+microphone (0: the user as loud as the echo). The speaker path and room are the lab's
+(acoustics.py); the reference is handed over aligned to what plays, plus `ref_late_ms`.
+
+What it reports per scene: whether the fast barge-in fired while the user spoke and how
+long after the voice's onset (the decision; the live cut adds 30-60 ms), and how many times
+it fired with nobody speaking (self barge-ins). An offline score is a hypothesis: the live
+bench under load decides (docs/room.md, session 9-10).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from wyoming.audio import AudioFormat
+
+from wyoming_pivoice.audio import CHUNK_SAMPLES, CHUNK_SECONDS, EchoCanceller, FastBargeIn
+from wyoming_pivoice.engines import SileroVad
+from wyoming_pivoice.satellite import EchoSettings, Evidence, VadSettings, policy_from
+
+from .acoustics import EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
+
+RATE = 16000
+LEAD_S = 0.5  # quiet before the first reply
+GAP_S = 1.2  # between the two replies (the bench's gap before a new question)
+PIECE_S = 0.02  # the speaker thread hands the reference over in 20 ms blocks
+
+
+@dataclass(frozen=True)
+class Scene:
+    room: RoomAcoustics
+    onset_s: float | None = 1.0  # the user's onset after the second reply starts; None: no user
+    gain_db: float = 0.0  # the user's active level against the echo's active level
+    ref_late_ms: float = 0.0
+    user: str = ""  # a label
+
+
+@dataclass
+class Outcome:
+    scene: dict
+    detected_after_s: float | None = None  # the fast barge-in's decision after the onset
+    self_barge_ins: list[float] = field(default_factory=list)  # fired with nobody speaking:
+    # seconds after the first reply's start
+    user_db: float | None = None
+    echo_db: float | None = None
+    # Over the voice's first 0.5 s, chunk by chunk: (VAD probability, excess over the echo).
+    trace: list[tuple[float, float | None]] = field(default_factory=list)
+    # Every chunk's evidence, with its end in seconds after the voice's onset (or the first
+    # reply's start), when `record`: a policy variant replays on it (`replay`).
+    evidence: list[tuple[float, Evidence]] = field(default_factory=list)
+
+
+def _active_dbfs(x: np.ndarray) -> float:
+    """The level of the voiced 10 ms frames (within 30 dB of the loudest)."""
+    frames = x[: len(x) // 160 * 160].reshape(-1, 160).astype(np.float64)
+    energy = np.mean(frames**2, axis=1) + 1e-20
+    loud = energy[energy > energy.max() * 1e-3]
+    return float(10 * np.log10(np.mean(loud)))
+
+
+def run_scene(
+    scene: Scene,
+    reply: tuple[bytes, int],
+    user: np.ndarray | None,
+    vad: SileroVad,
+    vad_settings: VadSettings | None = None,
+    record: bool = False,
+) -> Outcome:
+    """Two replies through `scene.room`; `user` (16 kHz float) over the second at its onset."""
+    pcm, rate = reply
+    fmt = AudioFormat(rate, 2, 1)
+    speaker = SpeakerPath(fmt, scene.room)
+    played = np.concatenate([speaker.convert(pcm), speaker.flush()])
+    first = round(LEAD_S * RATE)
+    second = first + len(played) + round(GAP_S * RATE)
+    total = second + len(played) + RATE
+    out = np.zeros(total, dtype=np.float32)
+    out[first : first + len(played)] = played
+    out[second : second + len(played)] = played
+    echo = EchoPath(scene.room).process(out)
+    mic = echo + NoiseFloor(scene.room.noise_dbfs, scene.room.seed).block(total)
+    outcome = Outcome(asdict(scene))
+    onset = end = None
+    if user is not None and scene.onset_s is not None:
+        echo_level = _active_dbfs(echo[second : second + len(played)])
+        gain = 10 ** ((echo_level + scene.gain_db - _active_dbfs(user)) / 20)
+        onset = second + round(scene.onset_s * RATE)
+        voice = (user * gain)[: total - onset]
+        mic[onset : onset + len(voice)] += voice
+        end = onset + len(voice)
+        outcome.user_db = round(_active_dbfs(voice), 1)
+        outcome.echo_db = round(echo_level, 1)
+
+    canceller = EchoCanceller(EchoSettings())
+    piece = round(rate * PIECE_S) * 2
+    late = scene.ref_late_ms / 1000
+    for start in (first, second):
+        for i, offset in enumerate(range(0, len(pcm), piece)):
+            due = start / RATE + i * PIECE_S + late
+            canceller.reference(pcm[offset : offset + piece], fmt, due)
+    vad.reset()
+    fast = FastBargeIn(policy_from(vad_settings or VadSettings()))
+    for n in range(total // CHUNK_SAMPLES):
+        lo = n * CHUNK_SAMPLES
+        chunk = (np.clip(mic[lo : lo + CHUNK_SAMPLES], -1, 1) * 32767).astype("<i2").tobytes()
+        cleaned = canceller.process(chunk, (n + 1) * CHUNK_SECONDS)
+        samples = np.frombuffer(cleaned, dtype="<i2").astype(np.float32) / 32768
+        probability = vad.probability(samples)
+        evidence = canceller.evidence(probability)
+        chunk_end = lo + CHUNK_SAMPLES
+        if record:
+            outcome.evidence.append(((chunk_end - (onset or first)) / RATE, evidence))
+        speaking = onset is not None and end is not None and onset < chunk_end <= end + RATE // 4
+        if speaking and onset is not None and chunk_end - onset <= RATE // 2:
+            excess = evidence.excess_db
+            outcome.trace.append((round(probability, 2), excess and round(excess, 1)))
+        if fast.step(evidence, in_speech=False):
+            if speaking and onset is not None:
+                if outcome.detected_after_s is None:
+                    outcome.detected_after_s = round((chunk_end - onset) / RATE, 3)
+                canceller.barge_in()
+                if not record:
+                    break  # the live reply is cut here: nothing more to score
+                fast = FastBargeIn(policy_from(vad_settings or VadSettings()))
+                continue
+            outcome.self_barge_ins.append(round((chunk_end - first) / RATE, 2))
+    return outcome
+
+
+def summarise(outcomes: Iterable[Outcome], within_s: float = 0.3) -> dict:
+    """Detection rate, decision latencies and self barge-ins over the scenes."""
+    outcomes = list(outcomes)
+    talked = [o for o in outcomes if o.scene["onset_s"] is not None]
+    detected = [o.detected_after_s for o in talked if o.detected_after_s is not None]
+    return {
+        "scenes": len(outcomes),
+        "talked_over": len(talked),
+        "detected": len(detected),
+        "decided_within": sum(d <= within_s for d in detected),
+        "median_decision_s": statistics.median(detected) if detected else None,
+        "self_barge_ins": sum(len(o.self_barge_ins) for o in outcomes),
+    }
+
+
+def main() -> None:  # pragma: no cover - a lab tool
+    """python -m pivoice_lab.room.offline: the issue's rooms, the bench's commands over a
+    Piper reply at the echo's level (±6 dB), and echo alone; a JSON summary."""
+    import argparse
+
+    from ..bench.corpus import ARCTIC_WAV, build, human_recording, read_wav_float
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--corpus", type=Path, default=Path("/tmp/pivoice-offline-corpus"))
+    parser.add_argument("--gains", default="-6,0,6")
+    parser.add_argument("--onsets", default="0.7,1.1,2.0")
+    parser.add_argument("--users", type=int, default=4)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    reply = _reply(args.corpus / "reply.pcm")
+    corpus = build(args.corpus)
+    users = [u for u in corpus if u.kind == "command"][: args.users]
+    voices = [(u.id, _trim(u.samples())) for u in users]
+    voices.append(("arctic", _trim(read_wav_float(human_recording(ARCTIC_WAV)))))
+    rooms = [
+        RoomAcoustics(-6, 150, RoomAcoustics.tail_for_rt60(0.7), seed=1, highpass_hz=200,
+                      clip_db=6, drift_ppm=100),
+        RoomAcoustics(-3, 250, RoomAcoustics.tail_for_rt60(0.7), seed=2, highpass_hz=200,
+                      clip_db=6, drift_ppm=-100),
+    ]  # fmt: skip
+    vad = SileroVad()
+    outcomes = []
+    for room in rooms:
+        outcomes.append(run_scene(Scene(room, onset_s=None), reply, None, vad))
+        for name, voice in voices:
+            for gain in (float(g) for g in args.gains.split(",")):
+                for onset in (float(o) for o in args.onsets.split(",")):
+                    scene = Scene(room, onset, gain, user=name)
+                    outcomes.append(run_scene(scene, reply, voice, vad))
+    by_gain = {
+        gain: summarise(o for o in outcomes if o.scene["gain_db"] == float(gain))
+        for gain in args.gains.split(",")
+    }
+    report = {"all": summarise(outcomes), "by_gain": by_gain}
+    print(json.dumps(report, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(o) for o in outcomes] + [report], indent=1))
+
+
+REPLY = (
+    "Sure. Here is a short story about a cat who lived by the sea. Every morning she walked "
+    "along the harbour and watched the boats come in with their nets full."
+)
+
+
+def _reply(path: Path) -> tuple[bytes, int]:
+    """One Piper reply, synthesized once and kept (Piper's noise makes each take differ)."""
+    from wyoming_pivoice.engines import PiperTts, TtsSettings
+
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tts = PiperTts(TtsSettings())
+        path.write_bytes(tts.synthesize(REPLY))
+        path.with_suffix(".rate").write_text(str(tts.sample_rate))
+    return path.read_bytes(), int(path.with_suffix(".rate").read_text())
+
+
+def _trim(samples: np.ndarray) -> np.ndarray:
+    """The voiced span, so the onset is the voice's."""
+    from ..bench.corpus import speech_edges
+
+    start, end = speech_edges(samples)
+    return samples[max(0, round((start - 0.02) * RATE)) : round((end + 0.05) * RATE)]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,65 @@
+"""The lab's offline barge-in evaluator on real parts (AEC3, Silero, the core's FastBargeIn):
+what it scores is what the satellite decides, so its answers must hold on a plain scene."""
+
+from __future__ import annotations
+
+import wave
+
+import numpy as np
+import pytest
+
+from pivoice_lab.room.acoustics import RoomAcoustics
+from pivoice_lab.room.offline import Scene, run_scene, summarise
+from tests.helpers import make_speech
+from wyoming_pivoice.engines import SileroVad
+
+pytestmark = pytest.mark.slow  # Silero and AEC3 over ~40 s of audio
+
+ROOM = RoomAcoustics(-6, 150, RoomAcoustics.tail_for_rt60(0.7), seed=1, highpass_hz=200,
+                     clip_db=6, drift_ppm=100)  # fmt: skip
+
+
+def _read(path):
+    with wave.open(str(path)) as w:
+        return w.readframes(w.getnframes()), w.getframerate()
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("offline")
+    reply = _read(
+        make_speech(
+            "Here is a joke about cats. Why did the cat sit on the computer? To keep an eye "
+            "on the mouse. And then it fell asleep on the keyboard.",
+            folder / "reply.wav", rate=22050, pad_before=0.0, pad_after=0.0,
+        )
+    )  # fmt: skip
+    pcm, _ = _read(make_speech("Stop, turn off the kitchen lights.", folder / "user.wav",
+                               voice="en-us+f3", pad_before=0.0, pad_after=0.0))  # fmt: skip
+    user = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768
+    return reply, user, SileroVad()
+
+
+def test_echo_alone_never_barges_in_and_a_voice_over_it_does(parts):
+    reply, user, vad = parts
+    alone = run_scene(Scene(ROOM, onset_s=None), reply, None, vad)
+    assert alone.self_barge_ins == []
+    louder = run_scene(Scene(ROOM, onset_s=1.5, gain_db=6.0), reply, user, vad)
+    assert louder.detected_after_s is not None and 0 < louder.detected_after_s < 1.0
+    assert louder.user_db == pytest.approx(louder.echo_db + 6.0, abs=0.5)  # the level asked
+    summary = summarise([alone, louder])
+    assert summary["talked_over"] == 1 and summary["detected"] == 1
+    assert summary["self_barge_ins"] == 0
+
+
+def test_recorded_evidence_replays_the_same_decisions(parts):
+    """A policy variant is scored on the recorded evidence: replaying the shipped policy on
+    it must find the barge-in where the live run of the same scene found it."""
+    from wyoming_pivoice.audio import FastBargeIn
+    from wyoming_pivoice.satellite import VadSettings, policy_from
+
+    reply, user, vad = parts
+    outcome = run_scene(Scene(ROOM, onset_s=1.5, gain_db=6.0), reply, user, vad, record=True)
+    fast = FastBargeIn(policy_from(VadSettings()))
+    fired = [t for t, evidence in outcome.evidence if fast.step(evidence, in_speech=False)]
+    assert fired and fired[0] == pytest.approx(outcome.detected_after_s, abs=1e-3)
