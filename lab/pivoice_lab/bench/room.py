@@ -201,7 +201,8 @@ def run(
             )  # fmt: skip
             loads.append(os.getloadavg()[0])
             scored = _score(run_, script, by_id)
-            offline = offline_erle(run_.room, scored.pop("full_replies")) if echoes else []
+            full = scored.pop("full_replies")  # Reply objects: for offline_erle, not the JSON
+            offline = offline_erle(run_.room, full) if echoes else []
             offline_db = [e for e in offline if e is not None]
             results.append({
                 "case": asdict(case), "name": case.name, **scored,
