@@ -66,6 +66,19 @@ async def _read_mic(command: str, seconds: float) -> bytes:
         await proc.wait()
 
 
+async def _listen_and_speak(room: Room, seconds: float, rate: int):
+    """The room's microphone read for `seconds` (a task) and a speaker command at `rate`
+    whose stdin the test writes."""
+    mic = asyncio.create_task(_read_mic(room.mic_command, seconds))
+    assert await room.wait_for(lambda: room.mic_opened is not None, 10)
+    speaker = await asyncio.create_subprocess_shell(
+        room.speaker_command.format(rate=rate, width=2, channels=1),
+        stdin=asyncio.subprocess.PIPE,
+    )
+    assert speaker.stdin is not None
+    return mic, speaker
+
+
 async def test_the_speaker_is_heard_at_the_mic_with_the_echo_level_and_delay(tmp_path):
     wav = make_speech("Here is a joke about cats.", tmp_path / "reply.wav", rate=22050,
                       pad_before=0.0, pad_after=0.2)  # fmt: skip
@@ -144,12 +157,7 @@ async def test_the_room_records_what_its_speaker_played_where_it_played(tmp_path
         highpass_hz=200, clip_db=6, drift_ppm=100,
     )  # fmt: skip
     async with Room(acoustics, record=True) as room:
-        mic = asyncio.create_task(_read_mic(room.mic_command, 12.0))
-        assert await room.wait_for(lambda: room.mic_opened is not None, 10)
-        speaker = await asyncio.create_subprocess_shell(
-            room.speaker_command.format(rate=22050, width=2, channels=1),
-            stdin=asyncio.subprocess.PIPE,
-        )
+        mic, speaker = await _listen_and_speak(room, 12.0, 22050)
         assert speaker.stdin is not None
         speaker.stdin.write(pcm[:half])
         await speaker.stdin.drain()
@@ -187,12 +195,7 @@ async def test_the_speaker_plays_nothing_before_its_command_hands_it_over(tmp_pa
     lateness, and every shortfall was silence the reference did not have."""
     tone = (0.3 * np.sin(np.arange(RATE // 2) * 2 * np.pi * 440 / RATE) * 32767).astype("<i2")
     async with Room(RoomAcoustics(noise_dbfs=-90), record=True) as room:
-        mic = asyncio.create_task(_read_mic(room.mic_command, 2.0))
-        assert await room.wait_for(lambda: room.mic_opened is not None, 10)
-        speaker = await asyncio.create_subprocess_shell(
-            room.speaker_command.format(rate=16000, width=2, channels=1),
-            stdin=asyncio.subprocess.PIPE,
-        )
+        mic, speaker = await _listen_and_speak(room, 2.0, 16000)
         assert speaker.stdin is not None
         assert await room.wait_for(lambda: bool(room._speakers), 10)  # connected, reading
         tick = room.now
