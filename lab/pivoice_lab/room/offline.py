@@ -110,7 +110,8 @@ def run_scene(
             due = start / RATE + i * PIECE_S + late
             canceller.reference(pcm[offset : offset + piece], fmt, due)
     vad.reset()
-    fast = FastBargeIn(policy_from(vad_settings or VadSettings()))
+    policy = policy_from(vad_settings or VadSettings())
+    fast = FastBargeIn(policy)
     for n in range(total // CHUNK_SAMPLES):
         lo = n * CHUNK_SAMPLES
         chunk = (np.clip(mic[lo : lo + CHUNK_SAMPLES], -1, 1) * 32767).astype("<i2").tobytes()
@@ -132,7 +133,7 @@ def run_scene(
                 canceller.barge_in()
                 if not record:
                     break  # the live reply is cut here: nothing more to score
-                fast = FastBargeIn(policy_from(vad_settings or VadSettings()))
+                fast = FastBargeIn(policy)  # a new candidate, as after a live cut
                 continue
             outcome.self_barge_ins.append(round((chunk_end - first) / RATE, 2))
     return outcome
