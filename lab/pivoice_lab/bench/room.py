@@ -367,7 +367,7 @@ def offline_erle(room: Room, replies: list[Reply | None]) -> list[float | None]:
     recordings do not cover."""
     from wyoming.audio import AudioFormat
 
-    from wyoming_pivoice.audio import EchoCanceller
+    from wyoming_pivoice.audio import EchoCanceller, float_to_pcm16
     from wyoming_pivoice.satellite import EchoSettings
 
     mic, source = room.recording("mic"), room.recording("source")
@@ -391,16 +391,12 @@ def offline_erle(room: Room, replies: list[Reply | None]) -> list[float | None]:
         if i in starts and counting is None:
             canceller.take_stats()  # what came before this reply
             counting = starts[i]
-        canceller.reference(_pcm16(source[i : i + BLOCK]), fmt, i / RATE)
-        canceller.process(_pcm16(mic[i : i + BLOCK]), (i + BLOCK) / RATE)
+        canceller.reference(float_to_pcm16(source[i : i + BLOCK]), fmt, i / RATE)
+        canceller.process(float_to_pcm16(mic[i : i + BLOCK]), (i + BLOCK) / RATE)
         if counting is not None and i + BLOCK >= spans[counting][1]:
             results[counting] = canceller.take_stats().erle_db
             counting = None
     return results
-
-
-def _pcm16(samples: np.ndarray) -> bytes:
-    return (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
 
 
 def aec_cpu(seconds: float = 30.0) -> dict[str, float]:

@@ -25,7 +25,13 @@ from pathlib import Path
 import numpy as np
 from wyoming.audio import AudioFormat
 
-from wyoming_pivoice.audio import CHUNK_SAMPLES, CHUNK_SECONDS, EchoCanceller, FastBargeIn
+from wyoming_pivoice.audio import (
+    CHUNK_SAMPLES,
+    CHUNK_SECONDS,
+    EchoCanceller,
+    FastBargeIn,
+    float_to_pcm16,
+)
 from wyoming_pivoice.engines import SileroVad
 from wyoming_pivoice.satellite import EchoSettings, Evidence, VadSettings, policy_from
 
@@ -114,7 +120,7 @@ def run_scene(
     fast = FastBargeIn(policy)
     for n in range(total // CHUNK_SAMPLES):
         lo = n * CHUNK_SAMPLES
-        chunk = (np.clip(mic[lo : lo + CHUNK_SAMPLES], -1, 1) * 32767).astype("<i2").tobytes()
+        chunk = float_to_pcm16(mic[lo : lo + CHUNK_SAMPLES])
         cleaned = canceller.process(chunk, (n + 1) * CHUNK_SECONDS)
         samples = np.frombuffer(cleaned, dtype="<i2").astype(np.float32) / 32768
         probability = vad.probability(samples)
