@@ -96,11 +96,16 @@ def load_apm(settings: EchoSettings) -> rtc.AudioProcessingModule:
 
 @dataclass
 class EchoStats:
-    """Microphone energy while the reference played, before and after cancelling."""
+    """Microphone energy while the reference played, before and after cancelling; and what
+    the canceller adds to the capture path's latency: its output runs one AEC3 frame
+    (FRAME, 10 ms) behind its input, and each chunk waits while it is processed."""
 
     seconds: float = 0.0
     energy_in: float = 0.0
     energy_out: float = 0.0
+    chunks: int = 0
+    process_s: float = 0.0  # the chunks' processing time on the audio thread
+    process_max_s: float = 0.0
 
     @staticmethod
     def _dbfs(energy: float, samples: float) -> float | None:
@@ -122,7 +127,23 @@ class EchoStats:
             "in_dbfs": self.in_dbfs,
             "out_dbfs": self.out_dbfs,
             "erle_db": self.erle_db,
+            "added_ms": self.added_ms,
+            "added_max_ms": self.added_max_ms,
         }
+
+    @property
+    def added_ms(self) -> float | None:
+        """The capture path's added latency, on average over the chunks: the frame's delay
+        and the processing (what a chunk waits for before the VAD sees it)."""
+        if not self.chunks:
+            return None
+        return round(1000 * (FRAME / RATE + self.process_s / self.chunks), 2)
+
+    @property
+    def added_max_ms(self) -> float | None:
+        if not self.chunks:
+            return None
+        return round(1000 * (FRAME / RATE + self.process_max_s), 2)
 
     @property
     def erle_db(self) -> float | None:
@@ -490,7 +511,14 @@ class EchoCanceller:
         """One mic chunk (16 kHz mono s16le) read at monotonic `captured` → the same length,
         echo removed."""
         with self._lock:
-            return self._process(chunk, captured)
+            began = time.perf_counter()
+            out = self._process(chunk, captured)
+            spent = time.perf_counter() - began
+            stats = self.stats
+            stats.chunks += 1
+            stats.process_s += spent
+            stats.process_max_s = max(stats.process_max_s, spent)
+            return out
 
     def _process(self, chunk: bytes, captured: float) -> bytes:
         from livekit.rtc import AudioFrame

@@ -291,6 +291,8 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
     full = [t for t in full if t.get("echo") and t["echo"].get("erle_db") is not None]
     erle = [t["echo"]["erle_db"] for t in full]
     e2e = [t["ms"]["e2e_from_endpoint"] for t in full if t["ms"].get("e2e_from_endpoint")]
+    # What the canceller adds to the capture path, per turn (issue 20: ≤ 10 ms).
+    added = [t["echo"] for t in turns if t.get("echo") and t["echo"].get("added_ms") is not None]
     return {
         "settled": run.settled,
         "turns": len(turns),
@@ -303,6 +305,8 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
         "erle_db": erle,
         "full_replies": [_reply_of(t, replies) for t in full],  # for offline_erle; not kept
         "e2e_from_endpoint_ms": e2e,
+        "added_ms": [a["added_ms"] for a in added],
+        "added_max_ms": max((a["added_max_ms"] for a in added), default=None),
     }
 
 
@@ -342,6 +346,10 @@ def _summary(results: list[dict]) -> dict[str, Any]:
             "barge_in_stop_ms_median": median([d * 1000 for d in delays if d is not None]),
             "barge_in_key_words_heard": sum(bool(t["heard"]) for t in trials),
             "erle_db_median": median([e for r in on for e in r["erle_db"]]),
+            "added_ms_median": median([a for r in on for a in r.get("added_ms", [])]),
+            "added_ms_max": max(
+                (r["added_max_ms"] for r in on if r.get("added_max_ms") is not None), default=None
+            ),
             "e2e_from_endpoint_ms_median": median(
                 [e for r in on for e in r["e2e_from_endpoint_ms"]]
             ),
@@ -478,7 +486,9 @@ def render(room: dict[str, Any]) -> list[str]:
         f"AEC off: turns from one question {off['turns_from_one_question']} "
         f"({off['self_made_turns']} self-made).",
         f"AEC cost: {cpu['percent_of_one_core']} % of one core ({cpu['cpu_s']} s CPU for "
-        f"{cpu['audio_s']:.0f} s of audio).",
+        f"{cpu['audio_s']:.0f} s of audio); added to the capture path per turn: median "
+        f"{on.get('added_ms_median')} ms, at most {on.get('added_ms_max')} ms (one 10 ms frame "
+        "and the processing).",
         *(
             f"{r['name']}: ERLE dB per full reply, live / offline: "
             + (", ".join(f"{live:.0f}/{_db_text(off)}" for live, off in pairs) or "—")
