@@ -97,8 +97,8 @@ def load_apm(settings: EchoSettings) -> rtc.AudioProcessingModule:
 @dataclass
 class EchoStats:
     """Microphone energy while the reference played, before and after cancelling; and what
-    the canceller adds to the capture path's latency: its output runs one AEC3 frame
-    (FRAME, 10 ms) behind its input, and each chunk waits while it is processed."""
+    the canceller adds to the capture path's latency: its output runs `lag_samples` behind
+    its input (AEC3 takes whole 10 ms frames), and each chunk waits while it is processed."""
 
     seconds: float = 0.0
     energy_in: float = 0.0
@@ -106,6 +106,7 @@ class EchoStats:
     chunks: int = 0
     process_s: float = 0.0  # the chunks' processing time on the audio thread
     process_max_s: float = 0.0
+    lag_samples: int = 0
 
     @staticmethod
     def _dbfs(energy: float, samples: float) -> float | None:
@@ -133,17 +134,17 @@ class EchoStats:
 
     @property
     def added_ms(self) -> float | None:
-        """The capture path's added latency, on average over the chunks: the frame's delay
+        """The capture path's added latency, on average over the chunks: the output's lag
         and the processing (what a chunk waits for before the VAD sees it)."""
         if not self.chunks:
             return None
-        return round(1000 * (FRAME / RATE + self.process_s / self.chunks), 2)
+        return round(1000 * (self.lag_samples / RATE + self.process_s / self.chunks), 2)
 
     @property
     def added_max_ms(self) -> float | None:
         if not self.chunks:
             return None
-        return round(1000 * (FRAME / RATE + self.process_max_s), 2)
+        return round(1000 * (self.lag_samples / RATE + self.process_max_s), 2)
 
     @property
     def erle_db(self) -> float | None:
@@ -373,8 +374,10 @@ class EchoCanceller:
         self._capture = CaptureClock()
         self._capture_index: int | None = None  # timeline index of the next capture frame
         self._pending = np.zeros(0, dtype=np.int16)  # capture samples short of a frame
-        # Output lags input by one frame (10 ms) so every chunk comes back whole.
-        self._out = np.zeros(FRAME, dtype=np.int16)
+        # Output lags input by what AEC3's whole frames leave pending at most, so every chunk
+        # comes back whole: 512-sample chunks leave 32, 64, 96, 128, 0 → 128 samples (8 ms),
+        # set on the first chunk (a chunk of another size later may add to it).
+        self._out: np.ndarray | None = None
         self._last_echo_index = -(10**9)  # timeline index of the last audible reference frame
         self.estimate = EchoEstimate()
         self._chunk_residual = 0.0  # mean-square energy of the last chunk's output
@@ -527,6 +530,8 @@ class EchoCanceller:
         first = self._capture.first_sample(self._index(captured), len(samples))
         self._capture_index = first - len(self._pending)  # the next frame starts there
         pending = np.concatenate([self._pending, samples])
+        if self._out is None:
+            self._out = np.zeros(FRAME - math.gcd(len(samples), FRAME), dtype=np.int16)
         outputs = [self._out]
         used = 0
         scale = 1.0 / (32768.0 * 32768.0)
@@ -571,7 +576,10 @@ class EchoCanceller:
             self._chunk_residual, self._chunk_expected = residual / frames, expected / frames
         self._pending = pending[used:].copy()
         out_all = np.concatenate(outputs)
+        if len(out_all) < len(samples):  # a chunk of another size: the lag grows to fit
+            out_all = np.concatenate([np.zeros(len(samples) - len(out_all), np.int16), out_all])
         self._out = out_all[len(samples) :].copy()
+        self.stats.lag_samples = len(self._out) + len(self._pending)
         return out_all[: len(samples)].astype("<i2").tobytes()
 
     def _count(self, near: np.ndarray, out: np.ndarray) -> None:
