@@ -107,6 +107,9 @@ class EchoStats:
     process_s: float = 0.0  # the chunks' processing time on the audio thread
     process_max_s: float = 0.0
     lag_samples: int = 0
+    # Capture frames processed before their reference had come out of the resampler (fed,
+    # but held back by it): AEC3 got silence where the reply played.
+    ref_short_frames: int = 0
 
     @staticmethod
     def _dbfs(energy: float, samples: float) -> float | None:
@@ -130,6 +133,7 @@ class EchoStats:
             "erle_db": self.erle_db,
             "added_ms": self.added_ms,
             "added_max_ms": self.added_max_ms,
+            "ref_short_frames": self.ref_short_frames,
         }
 
     @property
@@ -539,6 +543,8 @@ class EchoCanceller:
         frames = 0
         while len(pending) - used >= FRAME:
             ref = self._reference_frame(self._capture_index)
+            if self._ref.end < self._capture_index + FRAME <= self._ref.fed_until:
+                self.stats.ref_short_frames += 1
             ref_energy = float(np.mean(ref * ref))
             audible = ref_energy > SILENT_RMS * SILENT_RMS
             if audible:
