@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from wyoming_pivoice.engines.runtime import INFERENCE_NICE
 
 from .helpers import make_speech, read_wav, server_process_of, stt, tts
@@ -32,3 +34,37 @@ async def test_model_threads_run_below_the_loop(server_port: int, speech_dir: Pa
     assert workers, "no thread of the server did model work"
     assert _nice(proc.pid, proc.pid) == start  # the loop
     assert [_nice(proc.pid, t.id) for t in workers] == [max(start, INFERENCE_NICE)] * len(workers)
+
+
+# ---- llama.cpp's threads under load (engines/llm.py) ----------------------------------------
+
+
+@pytest.mark.slow  # a real model
+def test_a_reply_uses_the_cores_other_work_leaves(monkeypatch) -> None:
+    """A busy machine gets a one-thread reply (spinning barriers stall on a preempted thread:
+    48 tokens took 30-250 s on 2 threads at load 13-18 here, 0.9-2.7 s on 1); an idle one all
+    the cores it may use; load that comes mid-reply takes threads away, never adds them."""
+    import llama_cpp
+
+    from wyoming_pivoice.engines import llm
+    from wyoming_pivoice.engines.llm import LlamaChat, LlmSettings, free_threads
+
+    cores = os.cpu_count() or 1
+    assert free_threads(4, None, 1) == 4  # nothing known: the limit
+    assert free_threads(4, 1, 1) == min(4, cores)  # only the asking thread runs
+    assert free_threads(4, 40, 1) == 1
+    assert free_threads(2, cores + 1, 2) == max(1, min(2, cores - (cores - 1)))
+
+    chat = LlamaChat(LlmSettings(max_tokens=24, temperature=0.0))
+    messages = [{"role": "user", "content": "Count from one to twenty, please."}]
+    counts = iter([1] + [40] * 100)  # idle at the start, then busy
+    monkeypatch.setattr(llm, "running_tasks", lambda: next(counts))
+    seen = []
+    for piece in chat.stream(messages):
+        seen.append((piece, llama_cpp.llama_n_threads(chat.llama._ctx.ctx)))
+    assert seen[0][1] == cores and seen[-1][1] == 1 and chat.threads == 1
+    assert "".join(p for p, _ in seen).strip()  # it still answered
+
+    monkeypatch.setattr(llm, "running_tasks", lambda: 40)
+    reply = chat.complete(messages)
+    assert reply.strip() and llama_cpp.llama_n_threads(chat.llama._ctx.ctx) == 1

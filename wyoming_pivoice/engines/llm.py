@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..catalogue import SYSTEM_PROMPTS, names
 from ..models import ModelStore, llm_name, resolve_llm
 from ..options import Addon, opt
 from .protocols import EngineDescription, Message, TokenCounter
+
+_LOGGER = logging.getLogger(__name__)
 
 # conversation.py's older name for what it fits a prompt with (engines/protocols.py).
 ChatEngine = TokenCounter
@@ -28,7 +32,13 @@ class LlmSettings:
         "downloaded once",
         addon=Addon("str"),
     )
-    threads: int = opt(0, "--llm-threads", help="0: all cores", addon=Addon("int(0,64)?"))
+    threads: int = opt(
+        0,
+        "--llm-threads",
+        help="at most this many threads (0: all cores); each reply uses only the cores other "
+        "work leaves free, at least 1",
+        addon=Addon("int(0,64)?"),
+    )
     context: int = opt(2048, "--llm-context", addon=Addon("int(256,131072)"))
     max_tokens: int = opt(256, "--max-tokens", help="cap on one reply", addon=Addon("int(8,4096)"))
     temperature: float = opt(
@@ -53,6 +63,34 @@ class LlmSettings:
         cli_default=None,  # not given: the server's --language (server/cli.py)
         help="language the model answers in (repeatable; default: --language, en)",
     )
+
+
+# llama.cpp's threads wait for each other at a spinning barrier in every token: one of them
+# preempted by other work stalls them all. On this 2-core machine at load 13-18 (busy
+# processes at the model's nice), SmolLM2 wrote 48 tokens in 30-250 s on 2 threads and in
+# 0.9-2.7 s on 1 (Whisper and Piper, whose threads sleep, lost little with 2). So a reply
+# starts on the cores no other runnable task wants and gives threads up, never takes them
+# back, every RETHREAD_TOKENS while it decodes.
+RETHREAD_TOKENS = 8
+LOADAVG = Path("/proc/loadavg")
+
+
+def free_threads(limit: int, running: int | None, ours: int) -> int:
+    """How many threads a reply may use: `limit` at most, what the `running` tasks the
+    kernel counts now (/proc/loadavg; None: unknown) leave of the cores besides `ours` (this
+    process's own decoding threads among them), at least 1."""
+    if running is None:
+        return limit
+    others = max(0, running - ours)
+    return max(1, min(limit, (os.cpu_count() or 1) - others))
+
+
+def running_tasks() -> int | None:
+    """The kernel's count of runnable tasks now (the 4th field of /proc/loadavg: running/all)."""
+    try:
+        return int(LOADAVG.read_text().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 # ChatML, for a GGUF without a chat template of its own.
@@ -80,12 +118,14 @@ class LlamaChat:
 
         self.settings = settings
         self.model_path = resolve_llm(settings.model, settings.store)
+        self.max_threads = settings.threads or os.cpu_count() or 1
         self.llama = Llama(
             model_path=str(self.model_path),
             n_ctx=settings.context,
-            n_threads=settings.threads or os.cpu_count() or 1,
+            n_threads=self.max_threads,
             verbose=False,
         )
+        self.threads = self.max_threads  # what the context decodes with now
         model = self.llama._model
         eos, bos = self.llama.token_eos(), self.llama.token_bos()
         self._formatter = llama_chat_format.Jinja2ChatFormatter(
@@ -152,6 +192,8 @@ class LlamaChat:
         is cut to what the context has room for after the prompt.
         """
         tokens = self.prompt_tokens(messages)
+        # The worker thread asking is the one running task of ours now.
+        self._set_threads(free_threads(self.max_threads, running_tasks(), 1))
         room = self.context_size - len(tokens)
         if room < 1:
             raise ValueError(f"prompt of {len(tokens)} tokens leaves no room in the context")
@@ -164,7 +206,7 @@ class LlamaChat:
             stream=True,
         )
         try:
-            for chunk in chunks:
+            for count, chunk in enumerate(chunks, 1):
                 if cancel is not None and cancel.is_set():
                     return
                 piece = chunk["choices"][0]["text"]  # type: ignore[index]
@@ -172,8 +214,22 @@ class LlamaChat:
                     yield piece
                 if pause is not None:
                     pause()
+                if count % RETHREAD_TOKENS == 0 and self.threads > 1:
+                    # Between tokens our own workers may still be polling: count them ours.
+                    fewer = free_threads(self.threads, running_tasks(), self.threads)
+                    if fewer < self.threads:
+                        self._set_threads(fewer)
         finally:
             chunks.close()  # type: ignore[union-attr]
+
+    def _set_threads(self, threads: int) -> None:
+        if threads == self.threads:
+            return
+        import llama_cpp
+
+        llama_cpp.llama_set_n_threads(self.llama._ctx.ctx, threads, threads)
+        _LOGGER.debug("llama.cpp decodes on %d of %d threads", threads, self.max_threads)
+        self.threads = threads
 
     def warm_up(self) -> None:
         """Evaluate the system prompt once: its KV cache is then reused by the first turn."""
