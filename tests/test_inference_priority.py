@@ -54,10 +54,14 @@ def test_a_reply_uses_the_cores_other_work_leaves(monkeypatch) -> None:
     assert free_threads(4, 1, 1) == min(4, cores)  # only the asking thread runs
     assert free_threads(4, 40, 1) == 1
     assert free_threads(2, cores + 1, 2) == max(1, min(2, cores - (cores - 1)))
+    # A quiet instant on a busy machine: the load average still says busy.
+    assert free_threads(4, 1, 1, average=20.0, own=4) == 1
+    # Our own decoding is most of the average: still all the cores.
+    assert free_threads(4, 1, 1, average=1.8, own=4) == min(4, cores)
 
     chat = LlamaChat(LlmSettings(max_tokens=24, temperature=0.0))
     messages = [{"role": "user", "content": "Count from one to twenty, please."}]
-    counts = iter([1] + [40] * 100)  # idle at the start, then busy
+    counts = iter([(1, 0.0)] + [(40, 40.0)] * 100)  # idle at the start, then busy
     monkeypatch.setattr(llm, "running_tasks", lambda: next(counts))
     seen = []
     for piece in chat.stream(messages):
@@ -65,6 +69,6 @@ def test_a_reply_uses_the_cores_other_work_leaves(monkeypatch) -> None:
     assert seen[0][1] == cores and seen[-1][1] == 1 and chat.threads == 1
     assert "".join(p for p, _ in seen).strip()  # it still answered
 
-    monkeypatch.setattr(llm, "running_tasks", lambda: 40)
+    monkeypatch.setattr(llm, "running_tasks", lambda: (40, 40.0))
     reply = chat.complete(messages)
     assert reply.strip() and llama_cpp.llama_n_threads(chat.llama._ctx.ctx) == 1

@@ -75,22 +75,31 @@ RETHREAD_TOKENS = 8
 LOADAVG = Path("/proc/loadavg")
 
 
-def free_threads(limit: int, running: int | None, ours: int) -> int:
-    """How many threads a reply may use: `limit` at most, what the `running` tasks the
-    kernel counts now (/proc/loadavg; None: unknown) leave of the cores besides `ours` (this
-    process's own decoding threads among them), at least 1."""
+def free_threads(
+    limit: int, running: int | None, ours: int, average: float | None = None, own: int = 0
+) -> int:
+    """How many threads a reply may use: `limit` at most, what other work leaves of the
+    cores, at least 1. Other work is the `running` tasks the kernel counts now (None:
+    unknown) besides `ours` (this process's own decoding threads among them), or the
+    1-minute load `average` less `own` (our decoding's share of it), whichever is more: the
+    count alone is one instant (a reply whose prompt was evaluated on 2 threads at load 20
+    waited 29 s for its first token)."""
     if running is None:
         return limit
-    others = max(0, running - ours)
-    return max(1, min(limit, (os.cpu_count() or 1) - others))
+    others = float(max(0, running - ours))
+    if average is not None:
+        others = max(others, average - own)
+    return max(1, min(limit, (os.cpu_count() or 1) - int(others + 0.5)))
 
 
-def running_tasks() -> int | None:
-    """The kernel's count of runnable tasks now (the 4th field of /proc/loadavg: running/all)."""
+def running_tasks() -> tuple[int, float] | tuple[None, None]:
+    """The kernel's count of runnable tasks now and the 1-minute load average
+    (/proc/loadavg: `avg1 avg5 avg15 running/all lastpid`)."""
     try:
-        return int(LOADAVG.read_text().split()[3].split("/")[0])
+        fields = LOADAVG.read_text().split()
+        return int(fields[3].split("/")[0]), float(fields[0])
     except (OSError, ValueError, IndexError):
-        return None
+        return None, None
 
 
 # ChatML, for a GGUF without a chat template of its own.
@@ -192,8 +201,10 @@ class LlamaChat:
         is cut to what the context has room for after the prompt.
         """
         tokens = self.prompt_tokens(messages)
-        # The worker thread asking is the one running task of ours now.
-        self._set_threads(free_threads(self.max_threads, running_tasks(), 1))
+        # The worker thread asking is the one running task of ours now; of the load average,
+        # up to max_threads is our own earlier decoding.
+        running, average = running_tasks()
+        self._set_threads(free_threads(self.max_threads, running, 1, average, self.max_threads))
         room = self.context_size - len(tokens)
         if room < 1:
             raise ValueError(f"prompt of {len(tokens)} tokens leaves no room in the context")
@@ -216,7 +227,7 @@ class LlamaChat:
                     pause()
                 if count % RETHREAD_TOKENS == 0 and self.threads > 1:
                     # Between tokens our own workers may still be polling: count them ours.
-                    fewer = free_threads(self.threads, running_tasks(), self.threads)
+                    fewer = free_threads(self.threads, running_tasks()[0], self.threads)
                     if fewer < self.threads:
                         self._set_threads(fewer)
         finally:
