@@ -56,6 +56,7 @@ class LlmSettings:
     )
     engine: str = "llama.cpp"  # its name in engines/registry.py
     store: ModelStore = field(default_factory=ModelStore)  # where named models download to
+    adapt_threads: bool = True  # False: always `threads` (the bench's baseline)
     languages: tuple[str, ...] = opt(  # what it is asked to answer in
         ("en",),
         "--llm-language",
@@ -203,7 +204,7 @@ class LlamaChat:
         tokens = self.prompt_tokens(messages)
         # The worker thread asking is the one running task of ours now; of the load average,
         # up to max_threads is our own earlier decoding.
-        running, average = running_tasks()
+        running, average = running_tasks() if self.settings.adapt_threads else (None, None)
         self._set_threads(free_threads(self.max_threads, running, 1, average, self.max_threads))
         room = self.context_size - len(tokens)
         if room < 1:
@@ -225,7 +226,8 @@ class LlamaChat:
                     yield piece
                 if pause is not None:
                     pause()
-                if count % RETHREAD_TOKENS == 0 and self.threads > 1:
+                adapt = self.settings.adapt_threads and self.threads > 1
+                if adapt and count % RETHREAD_TOKENS == 0:
                     # Between tokens our own workers may still be polling: count them ours.
                     fewer = free_threads(self.threads, running_tasks()[0], self.threads)
                     if fewer < self.threads:

@@ -128,6 +128,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "trimming, threads, KV reuse, TTS preload)",
     )
     knobs.add_argument("--knob-reps", type=int, default=2)
+    knobs.add_argument(
+        "--knob-parts",
+        default="asr,llm,tts,overlap",
+        help="which engines' knobs, comma-separated (default: all four)",
+    )
 
     parser.add_argument(
         "--room",
@@ -154,7 +159,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="N busy processes (at the server's priority) beside the room runs",
+        help="N busy processes (at the server's priority) beside the room runs and the knobs",
     )
 
     knowledge = parser.add_argument_group("local knowledge")
@@ -223,6 +228,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         peer_rounds=args.peer_rounds,
         knobs=args.knobs,
         knob_reps=args.knob_reps,
+        knob_parts=tuple(p.strip() for p in args.knob_parts.split(",") if p.strip()),
         soak=args.soak,
         soak_every=args.soak_every,
         server_args=list(args.server_arg),

@@ -180,6 +180,8 @@ def llm_knobs(
         "default": {},
         "threads 1": {"threads": 1},
         "threads 2": {"threads": 2},
+        # Before session 12 every reply decoded on all its threads, however busy the cores.
+        "threads 2, whatever the load": {"threads": 2, "adapt_threads": False},
     }
     out: dict[str, Any] = {}
     for name, change in variants.items():
@@ -371,6 +373,9 @@ def _audio_first_overlap(
         worker.join()
 
 
+PARTS = ("asr", "llm", "tts", "overlap")
+
+
 def run(
     utterances: list[Utterance],
     asr: AsrSettings,
@@ -379,10 +384,12 @@ def run(
     min_clause_chars: int,
     reps: int = 2,
     progress: Progress | None = None,
+    parts: tuple[str, ...] = PARTS,
 ) -> dict[str, Any]:
-    return {
-        "asr": asr_knobs(utterances, asr, reps, progress),
-        "llm": llm_knobs(utterances, llm, reps, progress),
-        "tts": tts_knobs(tts, min_clause_chars, max(reps, 3), progress),
-        "overlap": overlap_knobs(utterances, llm, tts, min_clause_chars, reps, progress),
+    measure: dict[str, Callable[[], dict[str, Any]]] = {
+        "asr": lambda: asr_knobs(utterances, asr, reps, progress),
+        "llm": lambda: llm_knobs(utterances, llm, reps, progress),
+        "tts": lambda: tts_knobs(tts, min_clause_chars, max(reps, 3), progress),
+        "overlap": lambda: overlap_knobs(utterances, llm, tts, min_clause_chars, reps, progress),
     }
+    return {part: measure[part]() for part in PARTS if part in parts}

@@ -27,6 +27,7 @@ class BenchOptions:
     peer_rounds: int = 3
     knobs: bool = False
     knob_reps: int = 2
+    knob_parts: tuple[str, ...] = ("asr", "llm", "tts", "overlap")
     soak: int = 0
     soak_every: int = 10
     server_args: list[str] = field(default_factory=list)
@@ -37,5 +38,5 @@ class BenchOptions:
     room: bool = False  # the satellite process in simulated echoing rooms
     room_cases: str = "targets"  # targets (issue #20's rooms) | grid (the older grid) | all
     room_rounds: int = 1  # each room's script this often (5 replies, 2 barge-ins a round)
-    load: int = 0  # busy processes beside the room runs
+    load: int = 0  # busy processes beside the room runs and the knobs
     wer: bool = False  # word error rate of every ASR path on the household corpus

@@ -273,9 +273,16 @@ def render_peers(peers: dict[str, Any]) -> list[str]:
 
 
 def render_knobs(knobs: dict[str, Any]) -> list[str]:
-    out = ["Knobs (in process, same inputs; median / p90 ms, × default):"]
+    load = knobs.get("load") or {}
+    beside = (
+        f"; {load['busy_processes']} busy processes on {load['cores']} cores, load average "
+        f"{load['load_average_1m_end']} at the end"
+        if load
+        else ""
+    )
+    out = [f"Knobs (in process, same inputs; median / p90 ms, × default{beside}):"]
     rows = []
-    for name, row in knobs["asr"]["variants"].items():
+    for name, row in knobs.get("asr", {}).get("variants", {}).items():
         rows.append(
             [
                 f"ASR {name}",
@@ -284,7 +291,7 @@ def render_knobs(knobs: dict[str, Any]) -> list[str]:
                 f"heard {row['heard']:.0%}",
             ]
         )
-    for name, row in knobs["llm"]["variants"].items():
+    for name, row in knobs.get("llm", {}).get("variants", {}).items():
         rate = row.get("tokens_per_s")
         rows.append(
             [
@@ -294,7 +301,7 @@ def render_knobs(knobs: dict[str, Any]) -> list[str]:
                 f"{rate:.0f} tok/s" if rate else "",
             ]
         )
-    for name, row in knobs["tts"]["variants"].items():
+    for name, row in knobs.get("tts", {}).get("variants", {}).items():
         rows.append([f"TTS {name}", _cell(row["ms"]), "", ""])
     for name, row in knobs.get("overlap", {}).get("variants", {}).items():
         if "tts_first_audio_ms" in row:

@@ -80,19 +80,27 @@ def run(options: BenchOptions) -> dict[str, Any]:
         result["room"] = _room(options, utterances, workdir)
     if options.knobs:
         from . import knobs
+        from .room import busy_load
 
         asr, llm, tts = _engine_settings(options.server_args)
         total = len(utterances) * options.knob_reps * 4 + max(options.knob_reps, 3) + 2
         bar = Progress(total, "knobs")
-        result["knobs"] = knobs.run(
-            utterances,
-            asr,
-            llm,
-            tts,
-            options.min_clause_chars,
-            options.knob_reps,
-            progress=bar.step,
-        )
+        with busy_load(options.load):
+            result["knobs"] = knobs.run(
+                utterances,
+                asr,
+                llm,
+                tts,
+                options.min_clause_chars,
+                options.knob_reps,
+                progress=bar.step,
+                parts=options.knob_parts,
+            )
+            result["knobs"]["load"] = {
+                "busy_processes": options.load,
+                "cores": os.cpu_count(),
+                "load_average_1m_end": round(os.getloadavg()[0], 2),
+            }
     result["meta"]["seconds"] = round(time.monotonic() - began, 1)
     result["meta"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     result["meta"]["workdir"] = str(workdir)
