@@ -72,3 +72,8 @@ def test_a_reply_uses_the_cores_other_work_leaves(monkeypatch) -> None:
     monkeypatch.setattr(llm, "running_tasks", lambda: (40, 40.0))
     reply = chat.complete(messages)
     assert reply.strip() and llama_cpp.llama_n_threads(chat.llama._ctx.ctx) == 1
+
+    # A ceiling of 1 holds for the prompt's evaluation too (llama-cpp-python's own default
+    # for it is every core).
+    one = LlamaChat(LlmSettings(max_tokens=4, threads=1))
+    assert llama_cpp.llama_n_threads_batch(one.llama._ctx.ctx) == 1

@@ -133,6 +133,9 @@ class LlamaChat:
             model_path=str(self.model_path),
             n_ctx=settings.context,
             n_threads=self.max_threads,
+            # Not left to llama-cpp-python's default (every core): the prompt's evaluation on
+            # 2 threads at load 16 made `--llm-threads 1` wait 20 s for its first token.
+            n_threads_batch=self.max_threads,
             verbose=False,
         )
         self.threads = self.max_threads  # what the context decodes with now
