@@ -6,27 +6,36 @@ doing what HA 2026.10's pipeline does (helpers.ha_turn), against the standalone 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.satellite import RunSatellite
 
 from pivoice_lab.bench.servers import warm
+from wyoming_pivoice.conversation import ConversationStore
 from wyoming_pivoice.server import follow
 from wyoming_pivoice.server.follow import Follower, FollowHub
+from wyoming_pivoice.server.services import Output
 
 from .helpers import (
     FakeHomeAssistant,
     check_reply_audio,
     cue,
+    exchange,
     ha_mode_satellite,
     ha_turn,
     make_speech,
     mic_on_cue,
     read_wav,
     run_satellite,
+    stt,
     until,
 )
 
@@ -117,6 +126,154 @@ def test_heard_after_the_turn_started_joins_and_gets_what_was_written() -> None:
     hub.heard(kitchen, {"text": "hello"}, now=12.0)
     hub.turn("Hello.", {"satellite_id": KITCHEN}, now=12.1)
     assert to_kitchen[-1].type == follow.REPLY_FAILED
+
+
+class Scripted:
+    """Services whose STT and LLM say what the test scripted (the control flow only: which
+    turn gets which reply; the real models are in the tests below)."""
+
+    def __init__(self, heard: str) -> None:
+        self.heard = heard
+        self.asked: list[tuple[list[Any], str]] = []
+        self.stopped = 0
+        self.release = asyncio.Event()  # the LLM's second piece waits for it
+        self.conversations = ConversationStore("system")
+        self.settings = SimpleNamespace(language="en")
+
+    def transcribe(self, audio: Any, language: str | None) -> Output[str]:
+        async def parts() -> AsyncIterator[str]:
+            yield f" {self.heard}"
+
+        output: Output[str] = Output()
+        output.items = parts()
+        return output
+
+    def answer(self, key: str, earlier: list[Any], text: str, began: float) -> Output[str]:
+        self.asked.append((list(earlier), text))
+
+        async def pieces() -> AsyncIterator[str]:
+            try:
+                yield f"Reply to {text}"
+                await self.release.wait()
+                yield " (the end)."
+            finally:
+                self.stopped += 1
+
+        output: Output[str] = Output()
+        output.items = pieces()
+        return output
+
+
+async def _speculation(hub: FollowHub, f: Follower, services: Scripted) -> follow.Speculation:
+    hub.speculate(f, b"\x01\x00" * 1600, services, "satellite-host")  # type: ignore[arg-type]
+    spec = f.speculation
+    assert spec is not None and spec.task is not None
+    while not spec.pieces:  # the first piece is written; the second waits for `release`
+        await spec.changed.wait()
+        spec.changed.clear()
+    return spec
+
+
+async def _replay(spec: follow.Speculation) -> str:
+    out = follow.speculated(spec)
+    return "".join([piece async for piece in out])
+
+
+async def test_a_speculation_answers_only_the_turn_with_its_very_prompt() -> None:
+    """The speculative reply is used only when the turn's prompt is the speculation's: HA's
+    transcript (of HA's own audio) is the same text, in the same history, for this satellite."""
+    hub = FollowHub()
+    kitchen, _ = follower(KITCHEN)
+    hub.follow(kitchen, {"satellite_id": KITCHEN})
+    services = Scripted("Where is Paris?")
+    context = {"satellite_id": KITCHEN, "conversation_id": "ha-conversation"}
+
+    spec = await _speculation(hub, kitchen, services)
+    assert services.asked == [([], "Where is Paris?")]  # asked before HA's turn came
+    # The same words, the same (empty) history, this satellite: the turn takes it.
+    claimed = hub.claim("Where is Paris?", context, [])
+    assert claimed is spec
+    services.release.set()
+    assert await _replay(spec) == "Reply to Where is Paris? (the end)."
+    assert len(services.asked) == 1  # one LLM run for the turn: the speculation's
+
+    # HA heard other words (other audio): the turn gets no speculation, and the speculation
+    # is cancelled so that the turn's own run has the LLM.
+    services.release.clear()
+    spec = await _speculation(hub, kitchen, services)
+    assert hub.claim("Where is London?", context, []) is None
+    await asyncio.wait_for(asyncio.gather(spec.task, return_exceptions=True), 5)  # type: ignore[arg-type]
+    assert spec.done and services.stopped == 2 and kitchen.speculation is None
+
+    # The same words in another history: not the same prompt, not used.
+    spec = await _speculation(hub, kitchen, services)
+    assert hub.claim("Where is Paris?", context, [("Hello.", "Hi!")]) is None
+    # Another satellite's turn with these words: not used either.
+    spec = await _speculation(hub, kitchen, services)
+    assert hub.claim("Where is Paris?", {"satellite_id": "assist_satellite.office"}, []) is None
+    # HA's transcript came to the satellite with other words: cancelled before any turn.
+    spec = await _speculation(hub, kitchen, services)
+    hub.heard(kitchen, {"text": "where is london"})
+    assert spec.done and kitchen.speculation is None
+    # Speech resumed (the satellite's pivoice-void): cancelled.
+    spec = await _speculation(hub, kitchen, services)
+    hub.void(kitchen)
+    assert spec.done and hub.claim("Where is Paris?", context, []) is None
+
+
+async def test_the_next_speculation_guesses_the_conversation_ha_keeps() -> None:
+    """HA keeps a satellite's conversation five minutes: the speculation is asked in the last
+    joined turn's history; a client that starts a conversation per turn gets an empty one."""
+    hub = FollowHub()
+    kitchen, _ = follower(KITCHEN)
+    hub.follow(kitchen, {"satellite_id": KITCHEN})
+    services = Scripted("And Berlin?")
+    store = services.conversations
+    one = store.key("ha-host", "conversation-one")
+    store.record(one, "Where is Paris?", "In France.")
+    hub.heard(kitchen, {"text": "where is paris"})
+    hub.turn("Where is Paris?", {"satellite_id": KITCHEN}, key=one).close("In France.")
+    await _speculation(hub, kitchen, services)
+    assert services.asked[-1] == ([("Where is Paris?", "In France.")], "And Berlin?")
+    # Two joined turns in two conversations: the next is guessed new.
+    hub.heard(kitchen, {"text": "and berlin"})
+    two = store.key("ha-host", "conversation-two")
+    hub.turn("And Berlin?", {"satellite_id": KITCHEN}, key=two).close("In Germany.")
+    await _speculation(hub, kitchen, services)
+    assert services.asked[-1] == ([], "And Berlin?")
+    hub.leave(kitchen)
+
+
+async def _read_until(client: AsyncTcpClient, kind: str) -> Event:
+    async with asyncio.timeout(120):
+        while (event := await client.read_event()) is not None:
+            if event.type == kind:
+                return event
+    raise ConnectionError(f"the server closed before {kind}")
+
+
+async def test_the_real_server_uses_a_speculation_only_for_the_same_words(
+    server_port: int, speech_dir: Path
+) -> None:
+    """On the real models: the satellite's speculative audio and HA's audio of the same words
+    → the turn is answered by the speculation (and HA's transcript is its own STT's); HA's
+    audio of other words → answered afresh. The follower hears the same reply HA gets."""
+    paris = read_wav(make_speech("Where is Paris?", speech_dir / "spec-paris.wav"))[0]
+    moon = read_wav(make_speech("Tell me about the moon.", speech_dir / "spec-moon.wav"))[0]
+    context = {"conversation_id": f"spec-{os.getpid()}", "satellite_id": KITCHEN}
+    async with AsyncTcpClient("127.0.0.1", server_port) as sat:
+        await sat.write_event(Event(follow.FOLLOW, {"satellite_id": KITCHEN}))
+        for spoken, ha_audio, used in ((paris, paris, True), (paris, moon, False)):
+            await sat.write_event(Event(follow.SPECULATE, {}, payload=spoken))
+            text = await stt(server_port, ha_audio)  # HA's STT of HA's audio, as always
+            assert ("paris" in text.lower()) == (ha_audio is paris), text
+            await sat.write_event(Event(follow.HEARD, {"text": text}))
+            turn = Event("transcript", {"text": text, "context": context})
+            handled = (await exchange(server_port, [turn], until="handled"))[-1]
+            start = await _read_until(sat, follow.REPLY_START)
+            assert start.data["speculated"] is used, (text, start.data)
+            ours = await _read_until(sat, "handled")
+            assert ours.data["text"] == handled.data["text"] and handled.data["text"]
 
 
 # ---- the real thing: first sound in HA mode (following) against standalone ------------------

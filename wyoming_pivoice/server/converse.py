@@ -60,8 +60,14 @@ class Conversations:
         first: float | None = None
         await self.write(HandledStart(context=turn_context).event())
         pieces: list[str] = []
-        tap = follow.HUB.turn(text, turn_context)  # a following satellite speaks it as written
-        output = self.services.answer(self.host, earlier, text, began=start)
+        # A follower's speculation already writing this very prompt's reply (follow.py).
+        spec = follow.HUB.claim(text, turn_context, earlier)
+        # A following satellite speaks the reply as it is written.
+        tap = follow.HUB.turn(text, turn_context, key=key, speculated=spec is not None)
+        if spec is not None:
+            output = follow.speculated(spec)
+        else:
+            output = self.services.answer(self.host, earlier, text, began=start)
         try:
             async with contextlib.aclosing(output):
                 async for piece in output:
@@ -73,6 +79,8 @@ class Conversations:
         except BaseException:
             tap.close(None)
             raise
+        if spec is not None:  # the LLM's own first token, not the wait for this turn
+            first = spec.first
         reply = "".join(pieces).strip()
         tap.close(reply)
         store.record(key, text, reply, turn_id)

@@ -9,7 +9,9 @@ that follows keeps one connection here:
 
     satellite → server  pivoice-follow {satellite_id}   once: who it is in HA
     satellite → server  pivoice-heard {text}            each transcript HA sent it
-    server → satellite  pivoice-reply-start {text}      a turn of its joined to it, then
+    satellite → server  pivoice-speculate <audio>       its utterance at its speculative endpoint
+    satellite → server  pivoice-void                    …of no use (speech resumed, HA answered)
+    server → satellite  pivoice-reply-start {text, speculated}  a turn of its joined to it, then
                         handled-chunk* and handled {text} (or pivoice-reply-failed)
     satellite → server  pivoice-spoken                  its synthesis of that reply is over
     satellite → server  pivoice-own-tts                 first on the TTS connection it speaks
@@ -26,6 +28,22 @@ The join is what keeps another satellite's reply off the speaker:
   satellites asked the same thing at once join neither, and both fall back to HA's audio;
 - each `heard` joins one turn at most, each turn one follower at most.
 A turn that joins nobody is answered as before; HA's audio plays on the satellite.
+
+Speculation: HA transcribes the utterance only after the satellite's endpoint (the whole
+silence window), then sends the turn; standalone, the satellite starts STT and the LLM 64 ms
+into the silence (bench --ha-follow: endpoint → transcript +151/+173 ms in HA mode against
+−119/−115 ms standalone, most of the +313/+281 ms gap). So a follower also sends the utterance
+at its speculative endpoint (`pivoice-speculate`, the audio standalone would transcribe); the
+server transcribes it and starts the reply to those words at once, held here. HA's turn uses
+that reply only if it is provably the reply HA's turn asks for, i.e. the LLM's prompt is the
+same: the turn's text (HA's own transcript of HA's audio, by the STT it always runs) equals the
+speculation's text exactly, its conversation history equals the one the speculation was asked
+with, and no --knowledge notes enter the prompt. Nothing of the speculation reaches HA's STT:
+a transcript is never reused, so HA's transcript is always what transcribing HA's audio gives
+(HA's audio is not the speculation's: it runs on through the silence window). A turn that does
+not match is answered as before, after the speculation is cancelled (it would hold the LLM);
+an unclaimed speculation is cancelled after SPECULATION_S, on `pivoice-void` (speech resumed,
+HA answered the run itself) or when HA's transcript has other words.
 """
 
 from __future__ import annotations
@@ -35,13 +53,15 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from wyoming.event import Event
 from wyoming.handle import Handled, HandledChunk
 
+from ..audio.pcm import StreamingConverter, check_format
 from ..wire.follow import (  # noqa: F401  (the names handler.py and the tests read here)
     FOLLOW,
     HEARD,
@@ -49,8 +69,14 @@ from ..wire.follow import (  # noqa: F401  (the names handler.py and the tests r
     REPLY_FAILED,
     REPLY_START,
     SATELLITE_EVENTS,
+    SPECULATE,
     SPOKEN,
+    VOID,
 )
+from .services import Output, Services
+
+if TYPE_CHECKING:
+    from ..conversation import Exchange
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -60,6 +86,10 @@ WINDOW_S = 5.0  # HA sends the transcript to the satellite and the turn to us at
 OUTBOX_MAX = 1024  # events a follower has not taken: past it, it stops being followed
 MAX_ID_CHARS = 255
 TTS_HOLD_S = 30.0  # HA's TTS of a reply a satellite is speaking waits this long at most
+# An unclaimed speculation is cancelled this long after it began: HA's turn comes within the
+# silence window's rest, HA's STT and its hop (~0.5 s; seconds under load).
+SPECULATION_S = 10.0
+MAX_SPECULATION_BYTES = 20 * 16000 * 2  # the satellite's longest utterance (--vad-max-speech-s)
 
 
 def words(text: str) -> str:
@@ -74,6 +104,9 @@ class Follower:
         self.write = write
         self.peer = peer
         self.satellite_id: str | None = None
+        # The conversations of its last two joined turns: the next speculation's guess.
+        self.keys: deque[Hashable | None] = deque(maxlen=2)
+        self.speculation: Speculation | None = None
         self._outbox: asyncio.Queue[Event] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
         self.gone = False
@@ -118,12 +151,58 @@ class Turn:
     text: str  # words()
     at: float
     satellite_id: str | None
+    key: Hashable | None = None  # its conversation (the store's key)
+    speculated: bool = False  # its reply is a follower's speculation (FollowHub.claim)
     original: str = ""
     pieces: list[str] = field(default_factory=list)
     reply: str | None = None
     failed: bool = False
     follower: Follower | None = None
     spoken: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Speculation:
+    """A follower's utterance transcribed, and the reply to those words written, before HA
+    asks; held until a turn claims it (FollowHub.claim) or cancelled."""
+
+    def __init__(self, follower: Follower, at: float) -> None:
+        self.follower = follower
+        self.at = at
+        self.text: str | None = None  # our transcript of the satellite's audio, stripped
+        self.earlier: list[Exchange] | None = None  # the history the reply was asked with
+        self.pieces: list[str] = []
+        self.first: float | None = None  # seconds from the LLM's start to its first piece
+        self.output: Output[str] | None = None
+        self.error: BaseException | None = None
+        self.done = False
+        self.claimed = False
+        self.changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def cancel(self) -> None:
+        if self.task is not None and not self.done:
+            self.task.cancel()
+        self.done = True
+        self.changed.set()
+
+    async def replay(self) -> AsyncIterator[str]:
+        """The reply's pieces: those written so far, then each as it comes."""
+        sent = 0
+        try:
+            while True:
+                while sent < len(self.pieces):
+                    sent += 1
+                    yield self.pieces[sent - 1]
+                if self.done:
+                    break
+                self.changed.clear()
+                await self.changed.wait()
+            if self.error is not None:
+                raise self.error
+            if self.task is not None and self.task.cancelled():
+                raise RuntimeError("the speculative reply was cancelled")
+        finally:
+            self.cancel()  # the turn left early: the LLM stops (a no-op once done)
 
 
 def pick(turn: Turn, heard: list[Heard], turns: list[Turn]) -> Heard | None:
@@ -192,6 +271,9 @@ class FollowHub:
         if follower not in self.followers or not isinstance(text, str) or not text.strip():
             return
         now = time.monotonic() if now is None else now
+        spec = follower.speculation
+        if spec is not None and spec.text is not None and words(spec.text) != words(text):
+            self.void(follower)  # HA heard other words: its turn cannot claim it
         self._heard.append(Heard(follower, words(text), now))
         self._expire(now)
         for turn in list(self._turns):
@@ -205,6 +287,7 @@ class FollowHub:
             turn.spoken.set()
 
     def leave(self, follower: Follower) -> None:
+        self.void(follower)
         self.followers.discard(follower)
         self.spoken(follower)
         follower.close()
@@ -221,15 +304,123 @@ class FollowHub:
                     await asyncio.wait_for(turn.spoken.wait(), TTS_HOLD_S)
                 return
 
+    # ---- speculation -----------------------------------------------------------------------
+
+    def speculate(
+        self, follower: Follower, audio: bytes | None, services: Services, host: str
+    ) -> None:
+        """The follower's utterance so far: transcribe it and start the reply to its words."""
+        self.void(follower)
+        if follower not in self.followers or not audio or len(audio) > MAX_SPECULATION_BYTES:
+            return
+        if services.conversations.notes is not None:
+            return  # --knowledge: notes enter the prompt; not proven the same, so not guessed
+        spec = follower.speculation = Speculation(follower, time.monotonic())
+        spec.task = asyncio.create_task(self._speculate(spec, audio, services, host))
+        asyncio.get_running_loop().call_later(SPECULATION_S, self._expire_speculation, spec)
+
+    def void(self, follower: Follower) -> None:
+        """The follower's speculation is of no use (speech went on, HA answered itself)."""
+        spec = follower.speculation
+        if spec is not None and not spec.claimed:
+            spec.cancel()
+            follower.speculation = None
+
+    def _expire_speculation(self, spec: Speculation) -> None:
+        if not spec.claimed and spec.follower.speculation is spec:
+            self.void(spec.follower)
+
+    def _guess(self, follower: Follower) -> Hashable | None:
+        """The conversation the follower's next turn will likely be in: HA keeps a satellite's
+        conversation id for five minutes, so the last one's; but when its last two turns came
+        in different conversations (a client that starts one per turn), a new one."""
+        keys = follower.keys
+        if not keys or (len(keys) == 2 and keys[0] != keys[1]):
+            return None
+        return keys[-1]
+
+    async def _speculate(
+        self, spec: Speculation, audio: bytes, services: Services, host: str
+    ) -> None:
+        try:
+            # The same conversion and model as a transcribe request (transcribe.py).
+            converter = StreamingConverter(check_format(16000, 2, 1))
+            samples = np.concatenate([converter.convert(audio), converter.flush()])
+            parts: list[str] = []
+            heard = services.transcribe(samples, services.settings.language)
+            async with contextlib.aclosing(heard):
+                async for part in heard:
+                    parts.append(part)
+            text = " ".join(parts).strip()
+            if not text:
+                return
+            key = self._guess(spec.follower)
+            spec.text, spec.earlier = text, services.conversations.earlier(key)
+            start = time.monotonic()
+            _LOGGER.debug("Speculating on %r for %s", text[:60], spec.follower.peer)
+            spec.output = output = services.answer(host, spec.earlier, text, began=start)
+            async with contextlib.aclosing(output):
+                async for piece in output:
+                    if spec.first is None:
+                        spec.first = time.monotonic() - start
+                    spec.pieces.append(piece)
+                    spec.changed.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # the turn that claims it gets the error, as its own
+            spec.error = err
+        finally:
+            spec.done = True
+            spec.changed.set()
+
+    def claim(
+        self,
+        text: str,
+        context: dict[str, Any] | None,
+        earlier: list[Exchange],
+    ) -> Speculation | None:
+        """The speculation whose reply is this turn's (the same prompt), or None; the others
+        are cancelled, as they would hold the LLM this turn needs."""
+        satellite_id = _satellite_id(context)
+        fits = [
+            f.speculation
+            for f in self.followers
+            if f.speculation is not None
+            and not f.speculation.claimed
+            and f.speculation.text is not None
+            and (satellite_id is None or f.satellite_id == satellite_id)
+        ]
+        same = [s for s in fits if s.text == text.strip() and s.earlier == earlier]
+        # Without a satellite id (HA before 2026.10): only if one speculation has these words.
+        chosen = same[0] if len(same) == 1 else None
+        for follower in list(self.followers):
+            if follower.speculation is not None and follower.speculation is not chosen:
+                self.void(follower)
+        if chosen is not None:
+            chosen.claimed = True
+            chosen.follower.speculation = None
+            _LOGGER.info(
+                "Turn %r answered by the speculation of %s (%d pieces written)",
+                text[:60],
+                chosen.follower.peer,
+                len(chosen.pieces),
+            )
+        return chosen
+
     # ---- the conversation's side ----------------------------------------------------------
 
-    def turn(self, text: str, context: dict[str, Any] | None, now: float | None = None) -> Tap:
+    def turn(
+        self,
+        text: str,
+        context: dict[str, Any] | None,
+        now: float | None = None,
+        key: Hashable | None = None,
+        speculated: bool = False,
+    ) -> Tap:
         """A conversation turn starts: returns the tap for its reply."""
         now = time.monotonic() if now is None else now
-        satellite_id = (context or {}).get("satellite_id")
-        if not isinstance(satellite_id, str) or not satellite_id:
-            satellite_id = None
-        turn = Turn(words(text), now, satellite_id, original=text)
+        satellite_id = _satellite_id(context)
+        turn = Turn(words(text), now, satellite_id, key, speculated, original=text)
         self._expire(now)
         self._turns.append(turn)
         if self.followers:
@@ -242,10 +433,11 @@ class FollowHub:
             return
         chosen.used = True
         turn.follower = follower = chosen.follower
+        follower.keys.append(turn.key)
         self.spoken(follower)  # a reply still being spoken there is over now
         self._speaking[follower] = turn
         _LOGGER.info("Turn %r joined to %s", turn.original[:60], follower.peer)
-        follower.send(Event(REPLY_START, {"text": turn.original}))
+        follower.send(Event(REPLY_START, {"text": turn.original, "speculated": turn.speculated}))
         for piece in turn.pieces:  # what was written before the join
             follower.send(HandledChunk(text=piece).event())
         if turn.reply is not None or turn.failed:
@@ -267,6 +459,20 @@ class FollowHub:
             self._heard.popleft()
         while self._turns and now - self._turns[0].at > 2 * WINDOW_S:
             self._turns.popleft()
+
+
+def speculated(spec: Speculation) -> Output[str]:
+    """A claimed speculation's reply as the turn's output (what converse.py iterates)."""
+    output: Output[str] = Output()
+    output.items = spec.replay()
+    if spec.output is not None:
+        output.model, output.prompt_tokens = spec.output.model, spec.output.prompt_tokens
+    return output
+
+
+def _satellite_id(context: dict[str, Any] | None) -> str | None:
+    satellite_id = (context or {}).get("satellite_id")
+    return satellite_id if isinstance(satellite_id, str) and satellite_id else None
 
 
 HUB = FollowHub()  # one per server process: the follow connections and turns meet here

@@ -76,7 +76,7 @@ class PivoiceEventHandler(Connection):
             await self.reply(Pong(text=data.get("text")).event())
             return True
         if kind in follow.EVENTS:  # a Home Assistant satellite of ours follows its turns
-            self._follow(kind, data)
+            self._follow(kind, data, event.payload)
             return True
         if kind in ("synthesize", "synthesize-chunk") and not self._own_tts:
             await follow.HUB.hold_tts(data.get("text"))  # a satellite speaks it already
@@ -107,7 +107,7 @@ class PivoiceEventHandler(Connection):
             if self._follower is not None:
                 follow.HUB.leave(self._follower)
 
-    def _follow(self, kind: str, data: dict) -> None:
+    def _follow(self, kind: str, data: dict, payload: bytes | None) -> None:
         if kind == follow.OWN_TTS:
             self._own_tts = True
             return
@@ -118,6 +118,10 @@ class PivoiceEventHandler(Connection):
             follow.HUB.follow(follower, data)
         elif kind == follow.HEARD:
             follow.HUB.heard(follower, data)
+        elif kind == follow.SPECULATE:
+            follow.HUB.speculate(follower, payload, self.services, self.host)
+        elif kind == follow.VOID:
+            follow.HUB.void(follower)
         else:
             follow.HUB.spoken(follower)
 

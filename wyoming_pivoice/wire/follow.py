@@ -8,6 +8,12 @@ FOLLOW = "pivoice-follow"  # satellite → server: follow the turns HA sends for
 HEARD = "pivoice-heard"  # satellite → server: the transcript HA sent us (joins older HA)
 SPOKEN = "pivoice-spoken"  # satellite → server: the followed reply has played
 OWN_TTS = "pivoice-own-tts"  # satellite → server, first on a TTS connection: a followed reply
+# satellite → server: the utterance so far (payload: s16le 16 kHz mono), at the satellite's
+# speculative endpoint; the server may answer it before HA asks (server/follow.py: Speculation)
+SPECULATE = "pivoice-speculate"
+VOID = "pivoice-void"  # satellite → server: that utterance goes on, or HA answered it itself
 REPLY_START = "pivoice-reply-start"  # server → satellite: a reply to this satellite begins
 REPLY_FAILED = "pivoice-reply-failed"  # server → satellite: that reply ended without an answer
-SATELLITE_EVENTS = frozenset({FOLLOW, HEARD, SPOKEN, OWN_TTS})  # what the server accepts
+SATELLITE_EVENTS = frozenset(
+    {FOLLOW, HEARD, SPOKEN, OWN_TTS, SPECULATE, VOID}
+)  # what the server accepts
