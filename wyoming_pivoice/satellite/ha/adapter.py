@@ -324,6 +324,8 @@ class HaSatellite:
                 self._start_turn()  # remote wake: HA heard its wake word
             if what == "synthesize" and self._clock is not None:
                 self._clock.reply = str(data.get("text") or "")
+            if what == "synthesize" and self.follow is not None and not m.following:
+                self.follow.void()  # HA answered this run itself (its own intent)
             self._apply(m.progress(now, what, str(data.get("text") or "")))
         elif TimerFinished.is_type(kind):
             _LOGGER.info("Timer finished: %s", data.get("id"))
@@ -409,6 +411,11 @@ class HaSatellite:
                     if self._clock is not None:
                         self._clock.mark_once("speech_start", ev.speech_start)
                     self._apply(m.speech_started(now))
+            elif ev.kind is EndpointKind.SPECULATE and self.follow is not None:
+                if m.streaming and m.stage == "asr":  # HA's stream goes on untouched
+                    self.follow.speculate(ev.audio)
+            elif ev.kind is EndpointKind.SPEECH_RESUMED and self.follow is not None:
+                self.follow.void()
             elif ev.kind is EndpointKind.ENDPOINT and (m.streaming or m.holding):
                 if self._clock is not None:
                     self._clock.mark("last_voiced", ev.last_voiced)

@@ -3,8 +3,10 @@ server writes it, the way the standalone satellite does, instead of waiting for 
 Assistant's audio of it (HA speaks a Wyoming agent's reply only after `handled`, through
 ffmpeg, which holds ~4.6 s of audio).
 
-One connection to the pivoice server says who we are in HA (`pivoice-follow{satellite_id}`)
-and each transcript HA sent us (`pivoice-heard{text}`); when the server joins a turn to us
+One connection to the pivoice server says who we are in HA (`pivoice-follow{satellite_id}`),
+our utterance at its speculative endpoint (`pivoice-speculate`, the audio standalone would
+transcribe there; `pivoice-void` when speech resumes) and each transcript HA sent us
+(`pivoice-heard{text}`); when the server joins a turn to us
 (server/follow.py says how the join is kept safe), its reply's pieces arrive as
 `handled-chunk`s and go through the standalone path: PhraseSplitter → StreamingSynthesizer
 (its own connection to the server) → audio pieces, handed to `on_audio`. The state machine
@@ -28,7 +30,16 @@ from wyoming.ping import Ping
 from ...realtime import Backoff
 from ...text import PhraseSplitter
 from ...timing import TurnClock
-from ...wire.follow import FOLLOW, HEARD, OWN_TTS, REPLY_FAILED, REPLY_START, SPOKEN
+from ...wire.follow import (
+    FOLLOW,
+    HEARD,
+    OWN_TTS,
+    REPLY_FAILED,
+    REPLY_START,
+    SPECULATE,
+    SPOKEN,
+    VOID,
+)
 from ..stages import AudioPiece, Connection, ServerLink, StreamingSynthesizer
 
 _LOGGER = logging.getLogger(__name__)
@@ -93,6 +104,18 @@ class Follow:
         if self.connected and not self._outbox.full():
             self._outbox.put_nowait(Event(HEARD, {"text": text}))
 
+    def speculate(self, audio: bytes) -> None:
+        """Our endpointer's speculative endpoint, with the utterance standalone would
+        transcribe: the server may write the reply to it before HA asks (server/follow.py).
+        Only a put on the outbox: the mic → HA stream never waits for it."""
+        if self.connected and not self._outbox.full():
+            self._outbox.put_nowait(Event(SPECULATE, {}, payload=audio))
+
+    def void(self) -> None:
+        """The speculation is of no use: speech resumed, or HA answers the run itself."""
+        if self.connected and not self._outbox.full():
+            self._outbox.put_nowait(Event(VOID, {}))
+
     def stop(self) -> None:
         """Stop speaking the followed reply (barge-in, HA speaks another, a disconnect)."""
         if self._speaking is not None:
@@ -146,7 +169,10 @@ class Follow:
         if event.type == REPLY_START:
             self.stop()
             if self._on_joined():
-                _LOGGER.info("Our server joined this turn: speaking its reply as it is written")
+                _LOGGER.info(
+                    "Our server joined this turn: speaking its reply as it is written%s",
+                    " (its speculation)" if event.data.get("speculated") else "",
+                )
                 self._start()
             else:  # not for this run (a stop word, HA already speaking): HA's TTS may go
                 _LOGGER.info("Our server joined a turn this run does not follow: HA's audio plays")
