@@ -15,7 +15,7 @@ def turn(n: int, kind: str, mode: str, ms: int, ok: bool = True, reply: str = "S
         "round": n, "kind": kind, "mode": mode, "first_sound_ms": ms, "to_transcript_ms": 100,
         "transcript": "What is the weather like today?", "reply": reply, "sentences": 1,
         "same_words": True, "llm_first_token_ms": 150, "load_1min": 2.0 + n,
-        "ours_played": ok, "has_copy_dropped": ok, "playbacks": 1,
+        "ours_played": ok, "has_copy_dropped": ok, "playbacks": 1, "speculated": ok,
     }  # fmt: skip
 
 
@@ -30,6 +30,7 @@ def test_summary_takes_per_round_differences_and_counts_the_follows() -> None:
     # Per round (200, 100, 400): the median is 200, not 800 − 500 = 300.
     assert row["ha_following_minus_standalone_ms"] == {"median": 200, "per_round": [200, 100, 400]}
     assert row["following_ok"] == "2/3" and row["load_1min"] == [2.0, 4.0]
+    assert row["speculated"] == "2/3"
     assert row["same_words_rounds"] == "3/3" and list(row["replies"]) == ["Sunny."]
     text = ha_follow.render(
         {"meta": {"rounds": 3, "silence_window_ms": 300, "load_average_start": [2.0],

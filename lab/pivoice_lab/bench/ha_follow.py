@@ -329,6 +329,7 @@ def ha_satellite(
 
 DROPPED = "Dropping Home Assistant's audio of the reply we followed"
 OURS = "Playing our server's reply to this turn (followed)"
+SPECULATED = "speaking its reply as it is written (its speculation)"
 
 
 async def ha_turn(
@@ -361,6 +362,8 @@ async def ha_turn(
         "playbacks": len(list(sat.folder.glob("reply-*.wav"))) - wavs_before,
         "ours_played": OURS in log,
         "has_copy_dropped": DROPPED in log,
+        # Our server answered HA's turn with the reply it began at our speculative endpoint.
+        "speculated": SPECULATED in log,
     }
 
 
@@ -518,6 +521,7 @@ def summarize(turns: list[dict[str, Any]]) -> dict[str, Any]:
             t["ours_played"] and t["has_copy_dropped"] and t["playbacks"] == 1 for t in follows
         )
         row["following_ok"] = f"{ok}/{len(follows)}"
+        row["speculated"] = f"{sum(bool(t.get('speculated')) for t in follows)}/{len(follows)}"
         loads = [t["load_1min"] for t in mine]
         row["load_1min"] = [min(loads, default=0.0), max(loads, default=0.0)]
         row["to_transcript_ms"] = {
@@ -571,6 +575,7 @@ def render(result: dict[str, Any]) -> str:
                 f"{own_diff:+d} ms" if own_diff is not None else "-",
                 row["same_words_rounds"],
                 row["following_ok"],
+                row.get("speculated", "-"),
                 f"{row['load_1min'][0]:.1f}–{row['load_1min'][1]:.1f}",
             ]
         )
@@ -586,6 +591,7 @@ def render(result: dict[str, Any]) -> str:
                 "own audio − standalone",
                 "same words, 3 modes (rounds)",
                 "ours played, HA's dropped",
+                "answered by our speculation",
                 "load",
             ],
             rows,
