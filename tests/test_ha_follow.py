@@ -7,6 +7,7 @@ doing what HA 2026.10's pipeline does (helpers.ha_turn), against the standalone 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import AsyncIterator
@@ -14,12 +15,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+from wyoming.audio import AudioFormat
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
+from wyoming.handle import Handled, HandledChunk
 from wyoming.satellite import RunSatellite
 
 from pivoice_lab.bench.servers import warm
 from wyoming_pivoice.conversation import ConversationStore
+from wyoming_pivoice.satellite.ha import follow as satellite_follow
+from wyoming_pivoice.satellite.protocols import AudioPiece
 from wyoming_pivoice.server import follow
 from wyoming_pivoice.server.follow import Follower, FollowHub
 from wyoming_pivoice.server.services import Output
@@ -183,19 +189,32 @@ async def test_a_speculation_answers_only_the_turn_with_its_very_prompt() -> Non
     """The speculative reply is used only when the turn's prompt is the speculation's: HA's
     transcript (of HA's own audio) is the same text, in the same history, for this satellite."""
     hub = FollowHub()
-    kitchen, _ = follower(KITCHEN)
+    kitchen, to_kitchen = follower(KITCHEN)
     hub.follow(kitchen, {"satellite_id": KITCHEN})
     services = Scripted("Where is Paris?")
     context = {"satellite_id": KITCHEN, "conversation_id": "ha-conversation"}
 
     spec = await _speculation(hub, kitchen, services)
     assert services.asked == [([], "Where is Paris?")]  # asked before HA's turn came
+    # The satellite synthesizes it as it is written, but holds it: not played yet.
+    assert [e.type for e in to_kitchen] == [follow.REPLY_START, "handled-chunk"]
+    assert to_kitchen[0].data == {"text": "Where is Paris?", "speculated": True, "held": True}
     # The same words, the same (empty) history, this satellite: the turn takes it.
     claimed = hub.claim("Where is Paris?", context, [])
-    assert claimed is spec
+    assert claimed is spec and to_kitchen[-1].type == follow.REPLY_RELEASE
+    tap = hub.turn("Where is Paris?", context, speculation=claimed)
     services.release.set()
-    assert await _replay(spec) == "Reply to Where is Paris? (the end)."
+    reply = await _replay(spec)
+    assert reply == "Reply to Where is Paris? (the end)."
+    for piece in spec.pieces:
+        tap.piece(piece)
+    tap.close(reply)
     assert len(services.asked) == 1  # one LLM run for the turn: the speculation's
+    # The follower got the reply once, from the speculation, and HA's TTS of it waits for it.
+    assert [e.type for e in to_kitchen] == [
+        follow.REPLY_START, "handled-chunk", follow.REPLY_RELEASE, "handled-chunk", "handled",
+    ]  # fmt: skip
+    assert to_kitchen[-1].data["text"] == reply and hub._speaking[kitchen] is tap.turn
 
     # HA heard other words (other audio): the turn gets no speculation, and the speculation
     # is cancelled so that the turn's own run has the LLM.
@@ -204,6 +223,7 @@ async def test_a_speculation_answers_only_the_turn_with_its_very_prompt() -> Non
     assert hub.claim("Where is London?", context, []) is None
     await asyncio.wait_for(asyncio.gather(spec.task, return_exceptions=True), 5)  # type: ignore[arg-type]
     assert spec.done and services.stopped == 2 and kitchen.speculation is None
+    assert to_kitchen[-1].type == follow.REPLY_DROP  # its held audio never plays
 
     # The same words in another history: not the same prompt, not used.
     spec = await _speculation(hub, kitchen, services)
@@ -244,12 +264,73 @@ async def test_the_next_speculation_guesses_the_conversation_ha_keeps() -> None:
     hub.leave(kitchen)
 
 
-async def _read_until(client: AsyncTcpClient, kind: str) -> Event:
+class Voice:
+    """A StreamingSynthesizer that 'speaks' each phrase as its UTF-8 bytes (control flow)."""
+
+    def __init__(self, link: object) -> None:
+        pass
+
+    async def speak(self, phrases: Any, audio: Any, clock: object) -> None:
+        while (phrase := await phrases.get()) is not None:
+            audio.put_nowait(AudioPiece(phrase.encode(), AudioFormat(22050, 2, 1)))
+        audio.put_nowait(None)
+
+
+async def test_the_satellite_plays_a_held_reply_only_once_released(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A speculation's reply is synthesized at once but reaches the state machine (joined,
+    audio, text, done) only at `pivoice-reply-release`; dropped, nothing of it does."""
+    monkeypatch.setattr(satellite_follow, "StreamingSynthesizer", Voice)
+    calls: list[str] = []
+    f = satellite_follow.Follow(
+        "tcp://127.0.0.1:1", KITCHEN, 10,
+        on_joined=lambda: calls.append("joined") is None,
+        on_audio=lambda piece: calls.append(piece.pcm.decode()),
+        on_text=lambda text: calls.append(f"text {text}"),
+        on_done=lambda: calls.append("done"),
+        clock=lambda: None,
+    )  # fmt: skip
+    f.connected = True
+    reply = "Paris is in France. It is big."
+    for event in (
+        Event(follow.REPLY_START, {"text": "Where is Paris?", "speculated": True, "held": True}),
+        HandledChunk(text="Paris is in France. ").event(),
+        HandledChunk(text="It is big.").event(),
+        Handled(text=reply).event(),
+    ):
+        f._received(event)
+    assert f._speaking is not None
+    await f._speaking  # all synthesized: held, nothing handed on
+    assert calls == [] and f._outbox.empty()
+    f._received(Event(follow.REPLY_RELEASE, {}))
+    assert calls == ["joined", "Paris is in France.", "It is big.", f"text {reply}", "done"]
+    assert f._outbox.get_nowait().type == follow.SPOKEN  # HA's TTS of it may go now
+
+    calls.clear()
+    f._received(Event(follow.REPLY_START, {"text": "Hi", "speculated": True, "held": True}))
+    f._received(HandledChunk(text="Hello there, friend.").event())
+    task = f._speaking
+    f._received(Event(follow.REPLY_DROP, {}))
+    f._received(Event(follow.REPLY_RELEASE, {}))  # late: nothing is held any more
+    assert task is not None and f._speaking is None
+    with contextlib.suppress(asyncio.CancelledError):
+        await task  # its synthesis is over, and hands nothing on
+    assert calls == [] and f._outbox.empty()
+
+
+async def _followed(sat: AsyncTcpClient) -> tuple[list[str], Event]:
+    """What the follower is sent up to the `handled` of the reply it is to play: released
+    (our speculation's) or joined afresh; its event types, and that `handled`."""
+    seen: list[str] = []
     async with asyncio.timeout(120):
-        while (event := await client.read_event()) is not None:
-            if event.type == kind:
-                return event
-    raise ConnectionError(f"the server closed before {kind}")
+        while (event := await sat.read_event()) is not None:
+            held = event.type == follow.REPLY_START and event.data.get("held")
+            seen.append(f"{event.type} (held)" if held else event.type)
+            ours = follow.REPLY_RELEASE in seen or follow.REPLY_START in seen
+            if ours and event.type == "handled":
+                return seen, event
+    raise ConnectionError("the server closed before the reply's handled")
 
 
 async def test_the_real_server_uses_a_speculation_only_for_the_same_words(
@@ -257,10 +338,12 @@ async def test_the_real_server_uses_a_speculation_only_for_the_same_words(
 ) -> None:
     """On the real models: the satellite's speculative audio and HA's audio of the same words
     → the turn is answered by the speculation (and HA's transcript is its own STT's); HA's
-    audio of other words → answered afresh. The follower hears the same reply HA gets."""
+    audio of other words → the speculation is dropped unplayed and the turn answered afresh.
+    The follower plays the very reply HA gets."""
     paris = read_wav(make_speech("Where is Paris?", speech_dir / "spec-paris.wav"))[0]
     moon = read_wav(make_speech("Tell me about the moon.", speech_dir / "spec-moon.wav"))[0]
     context = {"conversation_id": f"spec-{os.getpid()}", "satellite_id": KITCHEN}
+    held = f"{follow.REPLY_START} (held)"
     async with AsyncTcpClient("127.0.0.1", server_port) as sat:
         await sat.write_event(Event(follow.FOLLOW, {"satellite_id": KITCHEN}))
         for spoken, ha_audio, used in ((paris, paris, True), (paris, moon, False)):
@@ -270,10 +353,15 @@ async def test_the_real_server_uses_a_speculation_only_for_the_same_words(
             await sat.write_event(Event(follow.HEARD, {"text": text}))
             turn = Event("transcript", {"text": text, "context": context})
             handled = (await exchange(server_port, [turn], until="handled"))[-1]
-            start = await _read_until(sat, follow.REPLY_START)
-            assert start.data["speculated"] is used, (text, start.data)
-            ours = await _read_until(sat, "handled")
+            seen, ours = await _followed(sat)
+            assert seen[0] == held, seen  # synthesized before HA's turn came, held
+            if used:
+                assert follow.REPLY_RELEASE in seen and follow.REPLY_START not in seen, seen
+            else:
+                assert seen.index(follow.REPLY_DROP) < seen.index(follow.REPLY_START), seen
+                assert follow.REPLY_RELEASE not in seen, seen
             assert ours.data["text"] == handled.data["text"] and handled.data["text"]
+            await sat.write_event(Event(follow.SPOKEN, {}))
 
 
 # ---- the real thing: first sound in HA mode (following) against standalone ------------------

@@ -63,7 +63,7 @@ class Conversations:
         # A follower's speculation already writing this very prompt's reply (follow.py).
         spec = follow.HUB.claim(text, turn_context, earlier)
         # A following satellite speaks the reply as it is written.
-        tap = follow.HUB.turn(text, turn_context, key=key, speculated=spec is not None)
+        tap = follow.HUB.turn(text, turn_context, key=key, speculation=spec)
         if spec is not None:
             output = follow.speculated(spec)
         else:

@@ -11,8 +11,11 @@ that follows keeps one connection here:
     satellite → server  pivoice-heard {text}            each transcript HA sent it
     satellite → server  pivoice-speculate <audio>       its utterance at its speculative endpoint
     satellite → server  pivoice-void                    …of no use (speech resumed, HA answered)
-    server → satellite  pivoice-reply-start {text, speculated}  a turn of its joined to it, then
+    server → satellite  pivoice-reply-start {text}      a turn of its joined to it, then
                         handled-chunk* and handled {text} (or pivoice-reply-failed)
+    server → satellite  pivoice-reply-start {text, speculated, held}, handled-chunk*…:
+                        the reply to a speculation, held; then pivoice-reply-release (it
+                        is the turn's: play it) or pivoice-reply-drop (it is not)
     satellite → server  pivoice-spoken                  its synthesis of that reply is over
     satellite → server  pivoice-own-tts                 first on the TTS connection it speaks
                                                         the reply on (that one is never held)
@@ -34,16 +37,20 @@ silence window), then sends the turn; standalone, the satellite starts STT and t
 into the silence (bench --ha-follow: endpoint → transcript +151/+173 ms in HA mode against
 −119/−115 ms standalone, most of the +313/+281 ms gap). So a follower also sends the utterance
 at its speculative endpoint (`pivoice-speculate`, the audio standalone would transcribe); the
-server transcribes it and starts the reply to those words at once, held here. HA's turn uses
+server transcribes it and starts the reply to those words at once, streamed to the follower,
+which synthesizes it and holds the audio (`pivoice-reply-start{held}`). HA's turn uses
 that reply only if it is provably the reply HA's turn asks for, i.e. the LLM's prompt is the
 same: the turn's text (HA's own transcript of HA's audio, by the STT it always runs) equals the
 speculation's text exactly, its conversation history equals the one the speculation was asked
 with, and no --knowledge notes enter the prompt. Nothing of the speculation reaches HA's STT:
 a transcript is never reused, so HA's transcript is always what transcribing HA's audio gives
-(HA's audio is not the speculation's: it runs on through the silence window). A turn that does
-not match is answered as before, after the speculation is cancelled (it would hold the LLM);
-an unclaimed speculation is cancelled after SPECULATION_S, on `pivoice-void` (speech resumed,
-HA answered the run itself) or when HA's transcript has other words.
+(HA's audio is not the speculation's: it runs on through the silence window). The claim
+releases the held reply (`pivoice-reply-release`: it plays); a turn that does not match is
+answered as before, after the speculation is cancelled (it would hold the LLM) and its held
+audio dropped (`pivoice-reply-drop`). An unclaimed speculation is cancelled after
+SPECULATION_S, on `pivoice-void` (speech resumed, HA answered the run itself) or when HA's
+transcript has other words. HA's own intents ("Prefer handling commands locally") send us no
+turn, so nothing claims the speculation and its audio is never played.
 """
 
 from __future__ import annotations
@@ -66,7 +73,9 @@ from ..wire.follow import (  # noqa: F401  (the names handler.py and the tests r
     FOLLOW,
     HEARD,
     OWN_TTS,
+    REPLY_DROP,
     REPLY_FAILED,
+    REPLY_RELEASE,
     REPLY_START,
     SATELLITE_EVENTS,
     SPECULATE,
@@ -152,7 +161,8 @@ class Turn:
     at: float
     satellite_id: str | None
     key: Hashable | None = None  # its conversation (the store's key)
-    speculated: bool = False  # its reply is a follower's speculation (FollowHub.claim)
+    speculated: bool = False  # its reply is a follower's speculation (FollowHub.claim),
+    # which that follower has been sent as it was written: nothing more goes to it
     original: str = ""
     pieces: list[str] = field(default_factory=list)
     reply: str | None = None
@@ -179,9 +189,17 @@ class Speculation:
         self.changed = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
+    def announce(self, text: str) -> None:
+        """The follower synthesizes the reply as it is written, holding its audio until the
+        turn claims it (pivoice-reply-release) or it is dropped (pivoice-reply-drop)."""
+        self.text = text
+        self.follower.send(Event(REPLY_START, {"text": text, "speculated": True, "held": True}))
+
     def cancel(self) -> None:
         if self.task is not None and not self.done:
             self.task.cancel()
+        if not self.claimed and self.text is not None:
+            self.follower.send(Event(REPLY_DROP, {}))  # its held audio is never played
         self.done = True
         self.changed.set()
 
@@ -237,7 +255,7 @@ class Tap:
 
     def piece(self, text: str) -> None:
         self.turn.pieces.append(text)
-        if self.turn.follower is not None:
+        if self.turn.follower is not None and not self.turn.speculated:
             self.turn.follower.send(HandledChunk(text=text).event())
 
     def close(self, reply: str | None) -> None:
@@ -355,7 +373,8 @@ class FollowHub:
             if not text:
                 return
             key = self._guess(spec.follower)
-            spec.text, spec.earlier = text, services.conversations.earlier(key)
+            spec.earlier = services.conversations.earlier(key)
+            spec.announce(text)
             start = time.monotonic()
             _LOGGER.debug("Speculating on %r for %s", text[:60], spec.follower.peer)
             spec.output = output = services.answer(host, spec.earlier, text, began=start)
@@ -365,10 +384,14 @@ class FollowHub:
                         spec.first = time.monotonic() - start
                     spec.pieces.append(piece)
                     spec.changed.set()
+                    spec.follower.send(HandledChunk(text=piece).event())
+            spec.follower.send(Handled(text="".join(spec.pieces).strip()).event())
         except asyncio.CancelledError:
             raise
         except Exception as err:  # the turn that claims it gets the error, as its own
             spec.error = err
+            if spec.text is not None:
+                spec.follower.send(Event(REPLY_FAILED, {"text": spec.text}))
         finally:
             spec.done = True
             spec.changed.set()
@@ -399,6 +422,7 @@ class FollowHub:
         if chosen is not None:
             chosen.claimed = True
             chosen.follower.speculation = None
+            chosen.follower.send(Event(REPLY_RELEASE, {}))  # its held audio plays now
             _LOGGER.info(
                 "Turn %r answered by the speculation of %s (%d pieces written)",
                 text[:60],
@@ -415,15 +439,21 @@ class FollowHub:
         context: dict[str, Any] | None,
         now: float | None = None,
         key: Hashable | None = None,
-        speculated: bool = False,
+        speculation: Speculation | None = None,
     ) -> Tap:
         """A conversation turn starts: returns the tap for its reply."""
         now = time.monotonic() if now is None else now
         satellite_id = _satellite_id(context)
-        turn = Turn(words(text), now, satellite_id, key, speculated, original=text)
+        turn = Turn(words(text), now, satellite_id, key, original=text)
         self._expire(now)
         self._turns.append(turn)
-        if self.followers:
+        if speculation is not None:  # joined already: its follower has the reply's pieces
+            turn.speculated = True
+            self._attach(turn, speculation.follower)
+            for heard in self._heard:  # HA's transcript of it joins nothing else
+                if heard.follower is speculation.follower and heard.text == turn.text:
+                    heard.used = True
+        elif self.followers:
             self._try_join(turn)
         return Tap(self, turn)
 
@@ -432,22 +462,28 @@ class FollowHub:
         if chosen is None:
             return
         chosen.used = True
-        turn.follower = follower = chosen.follower
-        follower.keys.append(turn.key)
-        self.spoken(follower)  # a reply still being spoken there is over now
-        self._speaking[follower] = turn
-        _LOGGER.info("Turn %r joined to %s", turn.original[:60], follower.peer)
-        follower.send(Event(REPLY_START, {"text": turn.original, "speculated": turn.speculated}))
+        follower = chosen.follower
+        self._attach(turn, follower)
+        follower.send(Event(REPLY_START, {"text": turn.original}))
         for piece in turn.pieces:  # what was written before the join
             follower.send(HandledChunk(text=piece).event())
         if turn.reply is not None or turn.failed:
             self.finish(turn)
 
+    def _attach(self, turn: Turn, follower: Follower) -> None:
+        turn.follower = follower
+        follower.keys.append(turn.key)
+        self.spoken(follower)  # a reply still being spoken there is over now
+        self._speaking[follower] = turn
+        _LOGGER.info("Turn %r joined to %s", turn.original[:60], follower.peer)
+
     def finish(self, turn: Turn) -> None:
         follower = turn.follower
         if follower is None:
             return
-        if turn.failed:
+        if turn.speculated:
+            pass  # the speculation sent its follower the reply's end itself
+        elif turn.failed:
             follower.send(Event(REPLY_FAILED, {"text": turn.original}))
         else:
             follower.send(Handled(text=turn.reply or "").event())

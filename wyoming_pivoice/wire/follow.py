@@ -13,6 +13,10 @@ OWN_TTS = "pivoice-own-tts"  # satellite → server, first on a TTS connection: 
 SPECULATE = "pivoice-speculate"
 VOID = "pivoice-void"  # satellite → server: that utterance goes on, or HA answered it itself
 REPLY_START = "pivoice-reply-start"  # server → satellite: a reply to this satellite begins
+# server → satellite: the reply that began `pivoice-reply-start{held}` (a speculation) is the
+# turn's: play it (release), or is no turn's: forget it unplayed (drop)
+REPLY_RELEASE = "pivoice-reply-release"
+REPLY_DROP = "pivoice-reply-drop"
 REPLY_FAILED = "pivoice-reply-failed"  # server → satellite: that reply ended without an answer
 SATELLITE_EVENTS = frozenset(
     {FOLLOW, HEARD, SPOKEN, OWN_TTS, SPECULATE, VOID}

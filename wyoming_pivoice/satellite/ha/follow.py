@@ -6,12 +6,15 @@ ffmpeg, which holds ~4.6 s of audio).
 One connection to the pivoice server says who we are in HA (`pivoice-follow{satellite_id}`),
 our utterance at its speculative endpoint (`pivoice-speculate`, the audio standalone would
 transcribe there; `pivoice-void` when speech resumes) and each transcript HA sent us
-(`pivoice-heard{text}`); when the server joins a turn to us
-(server/follow.py says how the join is kept safe), its reply's pieces arrive as
-`handled-chunk`s and go through the standalone path: PhraseSplitter → StreamingSynthesizer
-(its own connection to the server) → audio pieces, handed to `on_audio`. The state machine
-decides whether they play and drops HA's duplicate; anything HA says that we did not follow
-(its own intents, another agent, announcements) plays as before.
+(`pivoice-heard{text}`). The server answers a speculation at once (`pivoice-reply-start
+{held}`): we synthesize it as it is written but hold its audio until HA's turn proves to be
+the same prompt (`pivoice-reply-release`: it plays) or not (`pivoice-reply-drop`). When the
+server joins a turn to us (server/follow.py says how the join is kept safe), its reply's
+pieces arrive as `handled-chunk`s and go through the standalone path: PhraseSplitter →
+StreamingSynthesizer (its own connection to the server) → audio pieces, handed to
+`on_audio`. The state machine decides whether they play and drops HA's duplicate; anything
+HA says that we did not follow (its own intents, another agent, announcements) plays as
+before.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from ...wire.follow import (
     FOLLOW,
     HEARD,
     OWN_TTS,
+    REPLY_DROP,
     REPLY_FAILED,
+    REPLY_RELEASE,
     REPLY_START,
     SPECULATE,
     SPOKEN,
@@ -46,6 +51,9 @@ _LOGGER = logging.getLogger(__name__)
 
 KEEPALIVE_S = 60.0  # the server closes a connection idle for 300 s
 OUTBOX_MAX = 64
+# A speculative reply's audio is held until the server says it is the turn's; past this much
+# (it is bounded by the LLM's max tokens anyway) it is not played at all.
+HELD_MAX_BYTES = 60 * 22050 * 2
 
 
 def ha_entity_id(name: str) -> str:
@@ -95,6 +103,13 @@ class Follow:
         self._speaking: asyncio.Task[None] | None = None
         self._phrases: asyncio.Queue[str | None] | None = None
         self._splitter: PhraseSplitter | None = None
+        self._first = True  # no audio of the reply has been handed on yet
+        # A speculation's reply, synthesized before HA's turn came: its audio, HA's words for
+        # it and whether its synthesis is over, kept until released or dropped.
+        self._held: list[AudioPiece] | None = None
+        self._held_bytes = 0
+        self._held_text: str | None = None
+        self._held_done = False
         self.connected = False
 
     # ---- what the satellite tells it --------------------------------------------------------
@@ -118,10 +133,20 @@ class Follow:
 
     def stop(self) -> None:
         """Stop speaking the followed reply (barge-in, HA speaks another, a disconnect)."""
+        if self._held is not None:
+            self._discard()  # never played, never the server's turn: nothing to say
+            return
         if self._speaking is not None:
             self._speaking.cancel()
             self._spoken()
         self._speaking = self._phrases = self._splitter = None
+
+    def _discard(self) -> None:
+        """Forget a held reply unplayed (the server dropped it, or the connection went)."""
+        if self._speaking is not None:
+            self._speaking.cancel()
+        self._speaking = self._phrases = self._splitter = None
+        self._held, self._held_text, self._held_done, self._held_bytes = None, None, False, 0
 
     def _spoken(self) -> None:
         """Tell the server our synthesis is over: HA's TTS of the same reply may go now."""
@@ -149,6 +174,8 @@ class Follow:
                     writer.cancel()
                     with contextlib.suppress(BaseException):
                         await writer
+                    if self._held is not None:
+                        self._discard()  # the server that held it is gone
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as err:
                 _LOGGER.debug("Follow connection to %s: %r", self.uri, err)
             finally:
@@ -166,7 +193,17 @@ class Follow:
             await asyncio.wait_for(client.write_event(event), 5.0)
 
     def _received(self, event: Event) -> None:
-        if event.type == REPLY_START:
+        if event.type == REPLY_START and event.data.get("held"):
+            # Our speculation's reply: synthesized now, played only once HA's turn claims it.
+            self.stop()
+            self._held, self._held_text, self._held_done, self._held_bytes = [], None, False, 0
+            self._start()
+        elif event.type == REPLY_RELEASE and self._held is not None:
+            self._release()
+        elif event.type == REPLY_DROP and self._held is not None:
+            _LOGGER.debug("Our speculation's reply was no turn's: dropped unplayed")
+            self._discard()
+        elif event.type == REPLY_START:
             self.stop()
             if self._on_joined():
                 _LOGGER.info(
@@ -187,11 +224,47 @@ class Follow:
             if rest:
                 self._phrases.put_nowait(rest)
             self._phrases.put_nowait(None)
-            self._on_text(str(event.data.get("text") or ""))
+            if self._held is not None:
+                self._held_text = str(event.data.get("text") or "")
+            else:
+                self._on_text(str(event.data.get("text") or ""))
         elif event.type == REPLY_FAILED and self._phrases is not None:
             self._phrases.put_nowait(None)
 
+    def _release(self) -> None:
+        """HA's turn is our speculation's: what was held plays, the rest as it comes."""
+        held, text, done = self._held or [], self._held_text, self._held_done
+        overflow = self._held_bytes > HELD_MAX_BYTES
+        self._held, self._held_text, self._held_done, self._held_bytes = None, None, False, 0
+        if overflow or not self._on_joined():
+            _LOGGER.info("Our server joined a turn this run does not follow: HA's audio plays")
+            self._discard()
+            self._spoken()  # HA's TTS of it, held by the server, may go
+            return
+        _LOGGER.info(
+            "Our server joined this turn: speaking its reply as it is written (its speculation)"
+        )
+        for piece in held:
+            self._deliver(piece)
+        if text is not None:
+            self._on_text(text)
+        if done:
+            self._spoken()
+            self._on_done()
+
+    def _deliver(self, piece: AudioPiece) -> None:
+        if self._held is not None:
+            self._held_bytes += len(piece.pcm)
+            if self._held_bytes <= HELD_MAX_BYTES:
+                self._held.append(piece)
+            return
+        if self._first:
+            _LOGGER.info("Playing our server's reply to this turn (followed)")
+            self._first = False
+        self._on_audio(piece)
+
     def _start(self) -> None:
+        self._first = True
         self._phrases = asyncio.Queue()
         self._splitter = PhraseSplitter(self.min_clause_chars)
         self._speaking = asyncio.create_task(self._speak(self._phrases), name="follow reply")
@@ -201,13 +274,9 @@ class Follow:
         audio: asyncio.Queue[AudioPiece | None] = asyncio.Queue()
         clock = self._clock() or TurnClock(0, "ha-follow")
         tts = asyncio.create_task(StreamingSynthesizer(self.link).speak(phrases, audio, clock))
-        first = True
         try:
             while (piece := await audio.get()) is not None:
-                if first:
-                    _LOGGER.info("Playing our server's reply to this turn (followed)")
-                    first = False
-                self._on_audio(piece)
+                self._deliver(piece)
             await tts
         except asyncio.CancelledError:
             raise
@@ -219,5 +288,8 @@ class Follow:
                 with contextlib.suppress(BaseException):
                     await tts
         self._speaking = None
+        if self._held is not None:  # told at its release
+            self._held_done = True
+            return
         self._spoken()
         self._on_done()
