@@ -411,6 +411,7 @@ class FollowHub:
             if f.speculation is not None
             and not f.speculation.claimed
             and f.speculation.text is not None
+            and f.speculation.error is None  # a failed one: the turn is answered afresh
             and (satellite_id is None or f.satellite_id == satellite_id)
         ]
         same = [s for s in fits if s.text == text.strip() and s.earlier == earlier]
