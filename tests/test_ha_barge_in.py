@@ -265,7 +265,10 @@ async def test_speech_over_a_ringing_timer_stops_it(tmp_path: Path) -> None:
         log = sat.log_text()
     rings = sound_runs(room, first)
     assert stop.onset is not None
-    assert len(rings) in (2, 3), (rings, log[-3000:])  # it rang until the words, never again
+    # It rang until the words, never again. Under load the speaker's timeline moves (429 ms
+    # late at load 13) and the words can fall between two rings: the cut then comes ~35 ms
+    # into them (Silero 0.17, 0.93 at 44-51 dB over the echo), before a second ring sounds.
+    assert len(rings) in (1, 2, 3), (rings, log[-3000:])
     assert rings[-1][1] - stop.onset < 1.0, (rings, stop.onset)
     assert "this run's reply is dropped" in log
 
