@@ -102,18 +102,15 @@ class EndpointLogic:
         voiced = probability >= self.threshold or (
             probability >= self.neg_threshold and self._silence_run == 0
         )
-        # A candidate asks the policy of every frame: over a reply it counts a plain voice's
-        # frames before Silero reaches the threshold (turn_policy.PLAIN_MARGIN_DB), as the
-        # audio core's fast barge-in does; an HA run starts on this endpointer's start.
-        said = self._decide(probability) if self._state == "candidate" else None
-        if voiced or said not in (None, Decision.IGNORE):
+        if voiced:
             self._silence_run = 0
             self._last_voiced_index = len(self._frames) - 1
             self._last_voiced = now
-            if said is not None:
-                if said is not Decision.IGNORE:
+            if self._state == "candidate":
+                decision = self._decide(probability)
+                if decision is not Decision.IGNORE:
                     self._voiced += 1
-                return self._maybe_start(said, now)
+                return self._maybe_start(decision, now)
             events = self._check_length(now)
             if self._speculating and not events:
                 self._speculating = False

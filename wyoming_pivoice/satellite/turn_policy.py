@@ -18,9 +18,9 @@ The evidence comes from the echo canceller (echo.py), frame by frame:
   A voice over the reply stands above that; what AEC3 leaks does not, or not for long.
   A voice far above it (strong_margin_db) interrupts within 64 ms of Silero calling it
   speech, sooner than speech starts in silence: each frame waited is the reply talking
-  over the user. A voice plainly above it (plain_margin_db) counts while Silero's
-  probability is still rising (plain_threshold): Silero lags a voice's onset by 1-6 frames
-  over the echo, and those frames already stand 20-30 dB over what the echo would leave.
+  over the user. Silero itself must say speech (≥ threshold): frames far over the expected
+  residual at a low probability are also what the echo leaves when the estimate is wrong for
+  a moment (session 12: a rule counting them made a self barge-in live).
 Without an estimate yet (the first half second of the first reply), a start over a reply
 needs the VAD's `echo_threshold` for `echo_min_speech_frames`, the rule before this one.
 """
@@ -37,13 +37,6 @@ NO_COUPLING_DB = -35.0
 RESIDUAL_MARGIN_DB = 6.0
 # …and this far above it, the voice is plain: it starts sooner than speech in silence.
 STRONG_MARGIN_DB = 12.0
-# …and this far above it, Silero's rising edge (≥ PLAIN_THRESHOLD) is enough. Live echo alone
-# (7419 frames over replies in the loaded benches of session 11, the users' turns left out)
-# came this high only with Silero at 0.00-0.01, and Silero called it speech (27 frames) only
-# 4 dB or more *under* the expected residual; a voice's first frames stand 20-30 dB over it
-# at Silero 0.15-0.45 ("How cold…" over an HA reply: 0.26, 0.16, 0.16, 0.15 at 26-30 dB).
-PLAIN_MARGIN_DB = 20.0
-PLAIN_THRESHOLD = 0.15
 
 
 class Decision(str, Enum):
@@ -90,16 +83,15 @@ class TurnPolicy:
     residual_margin_db: float = RESIDUAL_MARGIN_DB
     strong_margin_db: float = STRONG_MARGIN_DB
     barge_in_lead_frames: int = 1  # a reply the mic does not hear stops this much sooner
-    plain_margin_db: float = PLAIN_MARGIN_DB
-    plain_threshold: float = PLAIN_THRESHOLD
-    # A voice ≥ strong_margin_db over what the echo alone would leave, Silero ≥ threshold
-    # (or plain): this many frames (64 ms). Offline (lab room.offline: 3 Piper replies, 3 rooms, 4
+    # A voice ≥ strong_margin_db over what the echo alone would leave, Silero ≥ threshold:
+    # this many frames (64 ms). Offline (lab room.offline: 3 Piper replies, 3 rooms, 4
     # espeak voices and a recorded one at the echo's level, 72 barge-ins) the 5 frames of
     # speech in silence decided 17/72 within 250 ms of the onset, 3 frames 49/72; echo alone
     # never reached 1 such frame (the sound stops 30-60 ms after the decision). Session 12
     # (3 rooms, 9 voices, 3 onsets, at the echo's level: 81 barge-ins, replayed on the same
-    # recording): 3 frames 41/81 within 250 ms (median 249 ms), 2 frames and the plain rule
-    # 60/81 (median 183 ms); no frame of echo alone, offline or live, met either rule once.
+    # recording): 3 frames 41/81 within 250 ms (median 249 ms), 2 frames 51/81 (201 ms); live
+    # echo alone (7419 frames over replies, loaded benches) never had Silero ≥ 0.5 less than
+    # 4 dB *under* the expected residual, so one frame fewer keeps a wide margin.
     strong_min_speech_frames: int = 2
 
 
@@ -123,8 +115,7 @@ def decide(evidence: Evidence, voiced_frames: int, policy: TurnPolicy) -> Decisi
         if excess is None:  # no estimate yet: the VAD alone, held to more
             counts, need = prob >= policy.echo_threshold, policy.echo_min_speech_frames
         else:
-            plain = excess >= policy.plain_margin_db and prob >= policy.plain_threshold
-            counts = plain or (prob >= policy.threshold and excess >= policy.residual_margin_db)
+            counts = prob >= policy.threshold and excess >= policy.residual_margin_db
             strong = excess >= policy.strong_margin_db
             need = policy.strong_min_speech_frames if strong else policy.echo_min_speech_frames
     if not counts:
