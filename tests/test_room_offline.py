@@ -70,5 +70,5 @@ def test_recorded_evidence_replays_the_same_decisions(parts):
     again = replay(outcome, policy)
     assert again.detected_after_s == outcome.detected_after_s
     assert again.self_barge_ins == outcome.self_barge_ins == []
-    deaf = replace(policy, residual_margin_db=200.0, plain_margin_db=200.0)
+    deaf = replace(policy, residual_margin_db=200.0)
     assert replay(outcome, deaf).detected_after_s is None
