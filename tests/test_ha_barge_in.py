@@ -17,6 +17,7 @@ the speaker's sound in the room (the echo recording), not from the room's reply 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -60,6 +61,17 @@ MISSED = "barge-in missed: the announcement played on over the words (audio core
 # merge missed the words over reply 2, the one right after a barge-in (session 8).
 SLOW_OVER_REPLY = "reply {n} stopped {s:.2f} s after the words began (audio core, #20)\n{log}"
 MISSED_OVER_REPLY = "barge-in missed: reply {n} played on over the words (audio core, #20)\n{log}"
+
+
+# The audio core's own cut (audio.core.CoreSource._fast_barge_in), on the monotonic clock the
+# test shares with the satellite: where a barge-in's time goes (the decision vs the loop).
+CUT_LINE = re.compile(r"Barge-in on the audio thread at ([0-9.]+)")
+
+
+def cut_after(log: str, onset: float, until: float) -> float | None:
+    """The audio core's first cut between `onset` and `until` (monotonic seconds), if any."""
+    cuts = [float(m) for m in CUT_LINE.findall(log)]
+    return next((c for c in cuts if onset <= c <= until), None)
 
 
 def said(text: str, path: Path, **when: float | int) -> Say:
@@ -181,11 +193,13 @@ async def test_speech_over_replies_stops_each_and_starts_the_next_run(tmp_path: 
                         # The satellite stopped the reply before the user spoke: its echo
                         # passed the echo rule (the audio core's, see SELF_MADE).
                         pytest.xfail(SELF_MADE.format(n=n, log=sat.log_text()[-1500:]))
+                    cut = cut_after(sat.log_text(), over.onset, run_at)
                     figures.append(
                         {
                             "barge_in": n,
-                            "run_pipeline_after_onset_ms": round((run_at - over.onset) * 1000),
+                            "cut_after_onset_ms": cut and round((cut - over.onset) * 1000),
                             "played_after_onset_ms": round((played_at - over.onset) * 1000),
+                            "run_pipeline_after_onset_ms": round((run_at - over.onset) * 1000),
                         }
                     )
                     # The rest of the stream: what HA's STT would get.
@@ -251,7 +265,10 @@ async def test_speech_over_a_ringing_timer_stops_it(tmp_path: Path) -> None:
         log = sat.log_text()
     rings = sound_runs(room, first)
     assert stop.onset is not None
-    assert len(rings) in (2, 3), (rings, log[-3000:])  # it rang until the words, never again
+    # It rang until the words, never again. Under load the speaker's timeline moves (429 ms
+    # late at load 13) and the words can fall between two rings: the cut then comes ~35 ms
+    # into them (Silero 0.17, 0.93 at 44-51 dB over the echo), before a second ring sounds.
+    assert len(rings) in (1, 2, 3), (rings, log[-3000:])
     assert rings[-1][1] - stop.onset < 1.0, (rings, stop.onset)
     assert "this run's reply is dropped" in log
 

@@ -4,12 +4,13 @@ what it scores is what the satellite decides, so its answers must hold on a plai
 from __future__ import annotations
 
 import wave
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from pivoice_lab.room.acoustics import RoomAcoustics
-from pivoice_lab.room.offline import Scene, run_scene, summarise
+from pivoice_lab.room.offline import Scene, replay, run_scene, summarise
 from tests.helpers import make_speech
 from wyoming_pivoice.engines import SileroVad
 
@@ -59,7 +60,15 @@ def test_recorded_evidence_replays_the_same_decisions(parts):
     from wyoming_pivoice.satellite import VadSettings, policy_from
 
     reply, user, vad = parts
+    policy = policy_from(VadSettings())
     outcome = run_scene(Scene(ROOM, onset_s=1.5, gain_db=6.0), reply, user, vad, record=True)
-    fast = FastBargeIn(policy_from(VadSettings()))
+    fast = FastBargeIn(policy)
     fired = [t for t, evidence in outcome.evidence if fast.step(evidence, in_speech=False)]
     assert fired and fired[0] == pytest.approx(outcome.detected_after_s, abs=1e-3)
+    # `replay` (the tool's --replay) scores it the same; a policy that never takes a frame
+    # over the echo for the user (margins out of reach) finds nothing there.
+    again = replay(outcome, policy)
+    assert again.detected_after_s == outcome.detected_after_s
+    assert again.self_barge_ins == outcome.self_barge_ins == []
+    deaf = replace(policy, residual_margin_db=200.0)
+    assert replay(outcome, deaf).detected_after_s is None

@@ -12,11 +12,17 @@ What it reports per scene: whether the fast barge-in fired while the user spoke 
 long after the voice's onset (the decision; the live cut adds 30-60 ms), and how many times
 it fired with nobody speaking (self barge-ins). An offline score is a hypothesis: the live
 bench under load decides (docs/room.md, session 9-10).
+
+`--record FILE` keeps every chunk's evidence; `--replay FILE` scores the turn policy as it
+is now on that evidence in seconds, without AEC3 or Silero (`replay`): exact up to a
+scene's first recorded barge-in (the canceller restarts its second filter there), so a
+variant that decides sooner is scored exactly, one that decides later a little harshly.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -34,6 +40,7 @@ from wyoming_pivoice.audio import (
 )
 from wyoming_pivoice.engines import SileroVad
 from wyoming_pivoice.satellite import EchoSettings, Evidence, VadSettings, policy_from
+from wyoming_pivoice.satellite.turn_policy import TurnPolicy
 
 from .acoustics import EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
 
@@ -60,6 +67,7 @@ class Outcome:
     # seconds after the first reply's start
     user_db: float | None = None
     echo_db: float | None = None
+    voice_s: float | None = None  # how long the user's voice lasts
     # Over the voice's first 0.5 s, chunk by chunk: (VAD probability, excess over the echo).
     trace: list[tuple[float, float | None]] = field(default_factory=list)
     # Every chunk's evidence, with its end in seconds after the voice's onset (or the first
@@ -105,6 +113,7 @@ def run_scene(
         voice = (user * gain)[: total - onset]
         mic[onset : onset + len(voice)] += voice
         end = onset + len(voice)
+        outcome.voice_s = len(voice) / RATE
         outcome.user_db = round(_active_dbfs(voice), 1)
         outcome.echo_db = round(echo_level, 1)
 
@@ -145,6 +154,23 @@ def run_scene(
     return outcome
 
 
+def replay(outcome: Outcome, policy: TurnPolicy) -> Outcome:
+    """`outcome`'s scene scored again from its recorded evidence (run_scene with `record`)
+    by a FastBargeIn of `policy`: what the turn policy as it is now decides there."""
+    again = Outcome(outcome.scene, user_db=outcome.user_db, echo_db=outcome.echo_db,
+                    voice_s=outcome.voice_s)  # fmt: skip
+    fast = FastBargeIn(policy)
+    voice_s = outcome.voice_s if outcome.scene["onset_s"] is not None else None
+    for at, evidence in outcome.evidence:  # `at`: after the onset (or the first reply's start)
+        if not fast.step(evidence, in_speech=False):
+            continue
+        if voice_s is not None and 0 < at <= voice_s + 0.25:  # run_scene's "speaking"
+            again.detected_after_s = round(at, 3)
+            return again  # the live reply is cut here
+        again.self_barge_ins.append(round(at, 2))
+    return again
+
+
 def summarise(outcomes: Iterable[Outcome], within_s: float = 0.3) -> dict:
     """Detection rate, decision latencies and self barge-ins over the scenes."""
     outcomes = list(outcomes)
@@ -172,13 +198,22 @@ def main() -> None:  # pragma: no cover - a lab tool
     parser.add_argument("--gains", default="-6,0,6")
     parser.add_argument("--onsets", default="0.7,1.1,2.0")
     parser.add_argument("--users", type=int, default=4)
+    parser.add_argument("--voices", type=Path, nargs="*", default=[], help="more users (WAV)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--record", type=Path, help="keep every scene's evidence here")
+    parser.add_argument("--replay", type=Path, help="score the policy on --record's file")
     args = parser.parse_args()
+    if args.replay:
+        policy = policy_from(VadSettings())
+        recorded = pickle.loads(args.replay.read_bytes())
+        _report([replay(o, policy) for o in recorded], args.gains, args.json)
+        return
     reply = _reply(args.corpus / "reply.pcm")
     corpus = build(args.corpus)
     users = [u for u in corpus if u.kind == "command"][: args.users]
     voices = [(u.id, _trim(u.samples())) for u in users]
     voices.append(("arctic", _trim(read_wav_float(human_recording(ARCTIC_WAV)))))
+    voices += [(path.stem, _trim(read_wav_float(path))) for path in args.voices]
     rooms = [
         RoomAcoustics(-6, 150, RoomAcoustics.tail_for_rt60(0.7), seed=1, highpass_hz=200,
                       clip_db=6, drift_ppm=100),
@@ -186,22 +221,30 @@ def main() -> None:  # pragma: no cover - a lab tool
                       clip_db=6, drift_ppm=-100),
     ]  # fmt: skip
     vad = SileroVad()
+    record = args.record is not None
     outcomes = []
     for room in rooms:
-        outcomes.append(run_scene(Scene(room, onset_s=None), reply, None, vad))
+        outcomes.append(run_scene(Scene(room, onset_s=None), reply, None, vad, record=record))
         for name, voice in voices:
             for gain in (float(g) for g in args.gains.split(",")):
                 for onset in (float(o) for o in args.onsets.split(",")):
                     scene = Scene(room, onset, gain, user=name)
-                    outcomes.append(run_scene(scene, reply, voice, vad))
+                    outcomes.append(run_scene(scene, reply, voice, vad, record=record))
+    if args.record:
+        args.record.write_bytes(pickle.dumps(outcomes))
+    _report(outcomes, args.gains, args.json)
+
+
+def _report(outcomes: list[Outcome], gains: str, path: Path | None) -> None:  # pragma: no cover
     by_gain = {
         gain: summarise(o for o in outcomes if o.scene["gain_db"] == float(gain))
-        for gain in args.gains.split(",")
+        for gain in gains.split(",")
     }
     report = {"all": summarise(outcomes), "by_gain": by_gain}
     print(json.dumps(report, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps([asdict(o) for o in outcomes] + [report], indent=1))
+    if path:
+        kept = [asdict(o) | {"evidence": []} for o in outcomes]
+        path.write_text(json.dumps([*kept, report], indent=1))
 
 
 REPLY = (
