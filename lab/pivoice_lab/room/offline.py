@@ -39,8 +39,7 @@ from wyoming_pivoice.audio import (
     float_to_pcm16,
 )
 from wyoming_pivoice.engines import SileroVad
-from wyoming_pivoice.satellite import EchoSettings, Evidence, VadSettings, policy_from
-from wyoming_pivoice.satellite.turn_policy import TurnPolicy
+from wyoming_pivoice.satellite import EchoSettings, Evidence, TurnPolicy, VadSettings, policy_from
 
 from .acoustics import EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
 
