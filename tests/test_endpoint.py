@@ -202,3 +202,23 @@ def test_an_utterance_under_way_goes_on_when_a_reply_starts() -> None:
     for index, prob in enumerate(KITCHEN[30:], start=30):
         events += [(index, e) for e in logic.process(prob, frame(index), index * FRAME)]
     assert events[-1][1].kind is EndpointKind.ENDPOINT
+
+
+def test_a_dip_over_the_reply_does_not_end_the_utterance() -> None:
+    """AEC3's double-talk suppression takes syllables off a voice over a reply: Silero dips
+    for 300-500 ms mid-command. Over the echo that dip is no endpoint (echo_silence_ms);
+    the same dip with nothing playing is one (silence_ms)."""
+    dip = KITCHEN[:36] + [0.05] * 13 + KITCHEN[36:]  # 416 ms under the threshold
+    settings = VadSettings(speculate_ms=0)
+    over = EndpointLogic(settings)
+    over.hearing = Hearing.ECHO
+    events = run(over, dip)
+    assert [e.kind for _, e in events] == [EndpointKind.SPEECH_STARTED, EndpointKind.ENDPOINT]
+    assert len(frames_in(events[-1][1].audio)) > 60  # the whole command, in one utterance
+    clear = EndpointLogic(settings)
+    kinds = [e.kind for _, e in run(clear, dip)]
+    assert kinds[:2] == [EndpointKind.SPEECH_STARTED, EndpointKind.ENDPOINT]
+    assert kinds.count(EndpointKind.SPEECH_STARTED) == 2  # the rest: an utterance of its own
+    # Over the echo the endpoint waits echo_silence_ms after the last voiced frame.
+    last = max(i for i, p in enumerate(dip) if p >= 0.35)
+    assert events[-1][0] - last == math.ceil(settings.echo_silence_ms / 32)

@@ -84,6 +84,8 @@ class VadSettings:
     # up to 0.99 for ~250 ms when it leaks), a voice over the reply goes on.
     echo_threshold: float = 0.85
     echo_min_speech_ms: int = 250
+    # An utterance that started over a reply ends after this much silence (lab room.words).
+    echo_silence_ms: int = 600
     silence_ms: int = opt(
         300,
         "--vad-silence-ms",
