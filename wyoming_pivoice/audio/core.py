@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from ..satellite.endpoint import Endpointer
 from ..satellite.protocols import AudioSink, AudioSource, Hearing
 from ..satellite.turn_policy import Decision, Evidence, TurnPolicy, decide
-from .echo import EchoCanceller
+from .echo import FRAME, EchoCanceller
 from .format import CHUNK_SECONDS
 from .mic import WavSource
 from .pacing import raise_audio_thread
@@ -51,6 +51,30 @@ class Frame:
     probability: float | None  # Silero's, on `chunk`
     hearing: Hearing
     evidence: Evidence | None
+    kept: bytes | None = None  # what an utterance keeps of this chunk (UtteranceAudio)
+
+
+class UtteranceAudio:
+    """What an utterance keeps of each chunk: the canceller's output, except while a reply or
+    its echo's tail may be heard, where it keeps the microphone as captured (aligned to the
+    output, which lags the input by one 10 ms frame). The VAD and the turn policy still
+    judge the output.
+
+    Over a reply AEC3's double-talk suppression takes whole syllables off the voice ("third
+    on occasion lights" for "turn on the kitchen lights"); Whisper hears words through the
+    echo better than through those holes. Offline (lab room.words, 36 commands over a Piper
+    reply at the echo's level in the two target rooms, 18 in a headset, tiny.en): key words
+    over the echo 28/36 with the output, 32/36 with this; headset 17/18 → 18/18; WER over
+    the echo 0.25 → 0.28 (better at −6 dB, worse at −3 dB), headset 0.049 → 0.037.
+    """
+
+    def __init__(self) -> None:
+        self._tail = bytes(2 * FRAME)  # the last frame of the microphone not yet aligned
+
+    def chunk(self, captured: bytes, cleaned: bytes, playing: bool) -> bytes:
+        aligned = self._tail + captured[: len(captured) - 2 * FRAME]
+        self._tail = captured[len(captured) - 2 * FRAME :]
+        return aligned if playing else cleaned
 
 
 class CoreSource:
@@ -81,8 +105,10 @@ class CoreSource:
         self.on_interrupt: Callable[[], None] | None = None
         self._read: asyncio.Future[bytes | None] | None = None
         self._fast = FastBargeIn(endpointer.logic.policy if endpointer else TurnPolicy())
+        self._kept = UtteranceAudio()
         if endpointer is not None:
             endpointer.frame_probability = self._probability_of
+            endpointer.kept_audio = self._kept_of
             endpointer.on_reset = self._reset_vad.set
             endpointer.hearing = self._hearing
             endpointer.evidence = self._evidence
@@ -92,6 +118,12 @@ class CoreSource:
     def _probability_of(self, chunk: bytes) -> float | None:
         frame = self.frame
         return frame.probability if frame is not None and frame.chunk is chunk else None
+
+    def _kept_of(self, chunk: bytes) -> bytes:
+        frame = self.frame
+        if frame is None or frame.chunk is not chunk or frame.kept is None:
+            return chunk
+        return frame.kept
 
     def _hearing(self) -> Hearing:
         frame = self.frame
@@ -219,6 +251,7 @@ class CoreSource:
 
     def _finish(self, chunk: bytes, now: float) -> Frame:
         canceller, endpointer = self.canceller, self.endpointer
+        captured = chunk
         if canceller is not None:
             chunk = canceller.process(chunk, now)
             # Where the capture clock puts it: a backlog read late keeps its capture time.
@@ -244,7 +277,10 @@ class CoreSource:
                     now, probability, evidence.residual_db, evidence.expected_residual_db,
                 )  # fmt: skip
             self._fast_barge_in(evidence, now)
-        return Frame(chunk, now, probability, hearing, evidence)
+        kept = None
+        if canceller is not None and len(captured) > 2 * FRAME:
+            kept = self._kept.chunk(captured, chunk, hearing is not Hearing.CLEAR)
+        return Frame(chunk, now, probability, hearing, evidence, kept)
 
     def _fast_barge_in(self, evidence: Evidence, captured: float) -> None:
         """The turn policy on this thread: a reply stops the moment the user's voice over it

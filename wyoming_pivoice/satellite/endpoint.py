@@ -255,6 +255,9 @@ class Endpointer:
         # being fed, or None (then the VAD runs here). `on_reset` resets the VAD over there.
         self.frame_probability: Callable[[bytes], float | None] | None = None
         self.on_reset: Callable[[], None] | None = None
+        # What an utterance keeps of the chunk being fed (the audio core's UtteranceAudio),
+        # or None: the chunk itself.
+        self.kept_audio: Callable[[bytes], bytes] | None = None
         self._vad = vad
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="pivoice vad")
 
@@ -289,7 +292,8 @@ class Endpointer:
         if prob is None:
             loop = asyncio.get_running_loop()
             prob = await loop.run_in_executor(self._executor, self.probability, chunk)
-        return self._process(prob, chunk, now)
+        kept = self.kept_audio(chunk) if self.kept_audio is not None else chunk
+        return self._process(prob, kept, now)
 
     def _process(self, prob: float, chunk: bytes, now: float) -> list[EndpointEvent]:
         self.logic.hearing = self.hearing() if self.hearing is not None else Hearing.CLEAR
