@@ -33,7 +33,7 @@ def _read(path):
 
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory):
-    from wyoming_pivoice.engines.asr import AsrSettings, WhisperAsr
+    from wyoming_pivoice.engines import AsrSettings, WhisperAsr
 
     folder = tmp_path_factory.mktemp("words")
     reply = _read(

@@ -64,8 +64,8 @@ class UtteranceAudio:
     on occasion lights" for "turn on the kitchen lights"); Whisper hears words through the
     echo better than through those holes. Offline (lab room.words, 36 commands over a Piper
     reply at the echo's level in the two target rooms, 18 in a headset, tiny.en): key words
-    over the echo 28/36 with the output, 32/36 with this; headset 17/18 → 18/18; WER over
-    the echo 0.25 → 0.28 (better at −6 dB, worse at −3 dB), headset 0.049 → 0.037.
+    over the echo 28/36 with the output, 31/36 with this; headset 17/18 both; WER over the
+    echo 0.25 → 0.29 (the same at −6 dB, 0.20 → 0.28 at −3 dB: some of the reply's words).
     """
 
     def __init__(self) -> None:

@@ -36,13 +36,17 @@ from wyoming_pivoice.audio import (
     CHUNK_SAMPLES,
     EchoCanceller,
     FastBargeIn,
+    UtteranceAudio,
     float_to_pcm16,
 )
-from wyoming_pivoice.audio.core import UtteranceAudio
 from wyoming_pivoice.engines import SileroVad
-from wyoming_pivoice.satellite import EchoSettings, VadSettings, policy_from
-from wyoming_pivoice.satellite.endpoint import EndpointLogic
-from wyoming_pivoice.satellite.protocols import EndpointKind
+from wyoming_pivoice.satellite import (
+    EchoSettings,
+    Endpointer,
+    EndpointKind,
+    VadSettings,
+    policy_from,
+)
 
 from .acoustics import EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
 from .offline import GAP_S, LEAD_S, PIECE_S, RATE, _active_dbfs
@@ -120,7 +124,7 @@ def run_take(
             canceller.reference(pcm[offset : offset + piece], fmt, start / RATE + i * PIECE_S)
     vad.reset()
     settings = vad_settings or VadSettings()
-    logic = EndpointLogic(settings)
+    logic = Endpointer(settings, vad).logic  # the endpointer's state machine alone
     fast = FastBargeIn(policy_from(settings))
     result = Utterance(asdict(take))
     cleaned: list[bytes] = []
@@ -234,7 +238,7 @@ def main() -> None:  # pragma: no cover - a lab tool
     voice) over a Piper reply at the onsets the bench uses; a JSON summary per candidate."""
     import argparse
 
-    from wyoming_pivoice.engines.asr import AsrSettings, WhisperAsr
+    from wyoming_pivoice.engines import AsrSettings, WhisperAsr
 
     from ..bench.corpus import ARCTIC_TEXT, ARCTIC_WAV, build, human_recording, read_wav_float
     from .offline import _reply, _trim
