@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from ..satellite.endpoint import Endpointer
 from ..satellite.protocols import AudioSink, AudioSource, Hearing
 from ..satellite.turn_policy import Decision, Evidence, TurnPolicy, decide
-from .echo import FRAME, EchoCanceller
+from .echo import EchoCanceller
 from .format import CHUNK_SECONDS
 from .mic import WavSource
 from .pacing import raise_audio_thread
@@ -57,7 +57,7 @@ class Frame:
 class UtteranceAudio:
     """What an utterance keeps of each chunk: the canceller's output, except while a reply or
     its echo's tail may be heard, where it keeps the microphone as captured (aligned to the
-    output, which lags the input by one 10 ms frame). The VAD and the turn policy still
+    output, which lags the input by EchoCanceller.delay_samples). The VAD and the turn policy still
     judge the output.
 
     Over a reply AEC3's double-talk suppression takes whole syllables off the voice ("third
@@ -69,11 +69,12 @@ class UtteranceAudio:
     """
 
     def __init__(self) -> None:
-        self._tail = bytes(2 * FRAME)  # the last frame of the microphone not yet aligned
+        self._held = b""  # the microphone's last `delay` samples, not yet aligned
 
-    def chunk(self, captured: bytes, cleaned: bytes, playing: bool) -> bytes:
-        aligned = self._tail + captured[: len(captured) - 2 * FRAME]
-        self._tail = captured[len(captured) - 2 * FRAME :]
+    def chunk(self, captured: bytes, cleaned: bytes, playing: bool, delay: int) -> bytes:
+        """`cleaned` is `captured` `delay` samples (EchoCanceller.delay_samples) later."""
+        held = bytes(max(0, 2 * delay - len(self._held))) + self._held + captured
+        aligned, self._held = held[: len(captured)], held[len(captured) :]
         return aligned if playing else cleaned
 
 
@@ -278,8 +279,9 @@ class CoreSource:
                 )  # fmt: skip
             self._fast_barge_in(evidence, now)
         kept = None
-        if canceller is not None and len(captured) > 2 * FRAME:
-            kept = self._kept.chunk(captured, chunk, hearing is not Hearing.CLEAR)
+        if canceller is not None:
+            playing = hearing is not Hearing.CLEAR
+            kept = self._kept.chunk(captured, chunk, playing, canceller.delay_samples)
         return Frame(chunk, now, probability, hearing, evidence, kept)
 
     def _fast_barge_in(self, evidence: Evidence, captured: float) -> None:

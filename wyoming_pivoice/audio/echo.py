@@ -382,6 +382,7 @@ class EchoCanceller:
         # comes back whole: 512-sample chunks leave 32, 64, 96, 128, 0 → 128 samples (8 ms),
         # set on the first chunk (a chunk of another size later may add to it).
         self._out: np.ndarray | None = None
+        self.delay_samples = 0  # the output is the input this many samples later
         self._last_echo_index = -(10**9)  # timeline index of the last audible reference frame
         self.estimate = EchoEstimate()
         self._chunk_residual = 0.0  # mean-square energy of the last chunk's output
@@ -536,6 +537,7 @@ class EchoCanceller:
         pending = np.concatenate([self._pending, samples])
         if self._out is None:
             self._out = np.zeros(FRAME - math.gcd(len(samples), FRAME), dtype=np.int16)
+            self.delay_samples = len(self._out)
         outputs = [self._out]
         used = 0
         scale = 1.0 / (32768.0 * 32768.0)
@@ -583,6 +585,7 @@ class EchoCanceller:
         self._pending = pending[used:].copy()
         out_all = np.concatenate(outputs)
         if len(out_all) < len(samples):  # a chunk of another size: the lag grows to fit
+            self.delay_samples += len(samples) - len(out_all)
             out_all = np.concatenate([np.zeros(len(samples) - len(out_all), np.int16), out_all])
         self._out = out_all[len(samples) :].copy()
         self.stats.lag_samples = len(self._out) + len(self._pending)

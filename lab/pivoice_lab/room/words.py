@@ -53,7 +53,6 @@ from .offline import GAP_S, LEAD_S, PIECE_S, RATE, _active_dbfs
 
 CUT_S = 0.04  # the live cut follows the decision by 30-60 ms (docs/room.md)
 HEADSET_DBFS = -30.0  # the user's active level when the microphone hears no echo
-FRAME = RATE // 100  # the canceller's output lags its input by one 10 ms frame
 
 
 @dataclass(frozen=True)
@@ -155,7 +154,8 @@ def run_take(
             if onset is not None:
                 result.decided_after_s = round((hi - onset) / RATE, 3)
         logic.evidence, logic.hearing = evidence, canceller.hearing  # as Endpointer._process
-        heard = kept.chunk(captured, chunk, evidence.playing) if use_kept else chunk
+        delay = canceller.delay_samples
+        heard = kept.chunk(captured, chunk, evidence.playing, delay) if use_kept else chunk
         for event in logic.process(probability, heard, now):
             if event.kind is EndpointKind.SPEECH_STARTED and hi > second:
                 if cut is None:  # the endpointer's start stops a reply too (the pipeline)
@@ -175,11 +175,12 @@ def run_take(
     if span is None or span[1] == 0 or onset is None:
         return result
     lo, hi = span
-    result.reach_s = round((lo - FRAME - onset) / RATE, 3)
+    lag = canceller.delay_samples
+    result.reach_s = round((lo - lag - onset) / RATE, 3)
     today = np.frombuffer(b"".join(cleaned), dtype="<i2").astype(np.float32) / 32768
-    # The microphone and the voice on the canceller's output timeline (one frame later).
-    raw = np.concatenate([np.zeros(FRAME, np.float32), mic])[: len(today)]
-    alone = np.concatenate([np.zeros(FRAME, np.float32), voice])[: len(today)]
+    # The microphone and the voice on the canceller's output timeline (`lag` later).
+    raw = np.concatenate([np.zeros(lag, np.float32), mic])[: len(today)]
+    alone = np.concatenate([np.zeros(lag, np.float32), voice])[: len(today)]
     playing = np.repeat(np.array(echo_chunks, dtype=bool), CHUNK_SAMPLES)[: len(today)]
     mixed = np.where(playing, raw, today)
     signals = {"cleaned": today, "raw": raw, "raw_echo": mixed, "voice": alone}
