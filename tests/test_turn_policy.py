@@ -148,7 +148,7 @@ def test_without_an_estimate_the_vad_alone_is_held_to_more() -> None:
 def test_the_endpointer_marks_a_start_over_a_reply_as_a_barge_in() -> None:
     """The interface both modes consume: SPEECH_STARTED with `interrupt`."""
     logic = EndpointLogic(VadSettings(speculate_ms=0))
-    probs = [0.05] * 5 + [0.95] * 12 + [0.02] * 15
+    probs = [0.05] * 5 + [0.95] * 12 + [0.02] * 25  # over a reply the window is 600 ms
     events = []
     for i, p in enumerate(probs):
         logic.evidence = Evidence(p, True, -6.0, -25.0, -48.0) if i < 20 else Evidence(p)
