@@ -3,26 +3,23 @@ what it scores is what the satellite decides, so its answers must hold on a plai
 
 from __future__ import annotations
 
-import wave
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from pivoice_lab.room.acoustics import RoomAcoustics
+from pivoice_lab.bench.room import target_cases
 from pivoice_lab.room.offline import Scene, replay, run_scene, summarise
-from tests.helpers import make_speech
+from tests.helpers import make_speech, read_wav
 from wyoming_pivoice.engines import SileroVad
 
 pytestmark = pytest.mark.slow  # Silero and AEC3 over ~40 s of audio
 
-ROOM = RoomAcoustics(-6, 150, RoomAcoustics.tail_for_rt60(0.7), seed=1, highpass_hz=200,
-                     clip_db=6, drift_ppm=100)  # fmt: skip
+ROOM = target_cases()[0].acoustics(seed=1)
 
 
 def _read(path):
-    with wave.open(str(path)) as w:
-        return w.readframes(w.getnframes()), w.getframerate()
+    return read_wav(path)[:2]
 
 
 @pytest.fixture(scope="module")

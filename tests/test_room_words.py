@@ -5,14 +5,12 @@ bench checks them (lab room.words)."""
 
 from __future__ import annotations
 
-import wave
-
 import numpy as np
 import pytest
 
-from pivoice_lab.room.acoustics import RoomAcoustics
+from pivoice_lab.bench.room import target_cases
 from pivoice_lab.room.words import Take, run_take, score
-from tests.helpers import make_speech
+from tests.helpers import make_speech, read_wav
 from wyoming_pivoice.engines import SileroVad
 from wyoming_pivoice.satellite import VadSettings
 
@@ -20,15 +18,13 @@ pytestmark = pytest.mark.slow  # AEC3, Silero and Whisper over ~30 s of audio
 
 # A target room of the bench: the echo 6 dB under what plays, 150 ms late, RT60 0.7 s, a
 # small speaker (200 Hz high-pass, soft clipping), +100 ppm of drift.
-ROOM = RoomAcoustics(-6, 150, RoomAcoustics.tail_for_rt60(0.7), seed=1, highpass_hz=200,
-                     clip_db=6, drift_ppm=100)  # fmt: skip
+ROOM = target_cases()[0].acoustics(seed=1)
 COMMAND = "Lock the front door and close the garage."
 WORDS = ("door", "garage")
 
 
 def _read(path):
-    with wave.open(str(path)) as w:
-        return w.readframes(w.getnframes()), w.getframerate()
+    return read_wav(path)[:2]
 
 
 @pytest.fixture(scope="module")
