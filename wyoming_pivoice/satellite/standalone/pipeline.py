@@ -58,6 +58,11 @@ from ..turns import Playback, TurnTimer
 
 _LOGGER = logging.getLogger(__name__)
 
+# A barge-in waits this long at most for the speaker to stop and for the abandoned run's
+# tasks to end: the next turn must not wait on them (CI, session 12: a barge-in's
+# `interrupt` never returned, and the next question was never heard).
+INTERRUPT_WAIT = 3.0
+
 
 @dataclass
 class Stages:
@@ -145,10 +150,12 @@ class TurnRun:
             self.audio.put_nowait(None)
 
     async def cancel(self) -> None:
-        """Abandon the run: its tasks stop and its connections close (the server drops the work)."""
+        """Abandon the run: its tasks stop and its connections close (the server drops the work).
+        Bounded: a run that does not end within INTERRUPT_WAIT is left to end on its own."""
         self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+        done, _ = await asyncio.wait({self.task}, timeout=INTERRUPT_WAIT)
+        if not done:
+            _LOGGER.warning("Turn %d's run did not end when cancelled: left", self.clock.turn)
 
 
 # ---- events → turns -----------------------------------------------------------------------
@@ -305,7 +312,9 @@ class Player:
         _LOGGER.info("Barge-in: stopping the reply of turn %d", run.clock.turn)
         run.clock.mark("barge_in")
         self._interrupted = True
-        await self.playback.stop()
+        stopped = self.playback.stop()
+        if not (await asyncio.wait({stopped}, timeout=INTERRUPT_WAIT))[0]:
+            _LOGGER.warning("The speaker did not confirm the stop of turn %d", run.clock.turn)
         self.playing = False
         await run.cancel()
 
