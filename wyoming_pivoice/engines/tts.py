@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..memory import ShrinkingSession, trim
 from ..models import ModelStore, cached_voice, local_voice, resolve_voice
@@ -60,6 +61,7 @@ class TtsSettings:
         help="keep onnxruntime's memory arena between sentences: ≈ 13%% faster, "
         "but the server grows by hundreds of MiB over time",
     )
+    spin_threads: bool = False  # True: onnxruntime's spinning pool (the bench's baseline)
     engine: str = "piper"  # its name in engines/registry.py
     store: ModelStore = field(default_factory=ModelStore)  # where named voices download to
 
@@ -71,13 +73,13 @@ class PiperTts:
     channels = 1
 
     def __init__(self, settings: TtsSettings) -> None:
-        from piper import PiperVoice, SynthesisConfig
+        from piper import SynthesisConfig
 
         self.settings = settings
         self.model_path = resolve_voice(
             settings.voice, [Path(d) for d in settings.voice_dirs], settings.store
         )
-        self.voice = PiperVoice.load(self.model_path)
+        self.voice = _load_voice(self.model_path, settings.spin_threads)
         if not settings.keep_arena:
             self.voice.session = ShrinkingSession(self.voice.session)
         self._config_cls = SynthesisConfig
@@ -177,6 +179,25 @@ class PiperTts:
 
     def synthesize(self, text: str, speaker: str | None = None) -> bytes:
         return b"".join(self.sentences(text, speaker))
+
+
+def _load_voice(path: Path, spin: bool) -> Any:
+    """What `PiperVoice.load` does, with onnxruntime's idle threads sleeping instead of
+    spinning: a spinning pool burns the cores the LLM decodes on beside it, and one preempted
+    thread holds up the others. `bench --knobs --knob-parts tts --load 4`, see docs/room.md."""
+    import onnxruntime
+    from piper import PiperVoice
+    from piper.config import PiperConfig
+
+    options = onnxruntime.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    config = json.loads(Path(f"{path}.json").read_text(encoding="utf-8"))
+    return PiperVoice(
+        config=PiperConfig.from_dict(config),
+        session=onnxruntime.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        ),
+    )
 
 
 def cut_phonemes(phonemes: list[str], limit: int) -> list[list[str]]:
