@@ -8,8 +8,10 @@ when the text asks it to), since a real model cannot be made to fail on cue.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from dataclasses import replace
+from typing import Any, cast
 
 import pytest
 import pytest_asyncio
@@ -22,6 +24,7 @@ from wyoming_pivoice.engines.chat import SlotChat
 from wyoming_pivoice.engines.llm import LlamaChat
 from wyoming_pivoice.engines.runtime import ModelSlot
 from wyoming_pivoice.engines.tts import PiperTts
+from wyoming_pivoice.server.converse import SLOW_REPLY
 from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
 from wyoming_pivoice.wire.errors import ErrorCode
@@ -29,6 +32,7 @@ from wyoming_pivoice.wire.errors import ErrorCode
 from .helpers import exchange, in_process_server, read_until, turn_event
 
 FAIL = "explode"  # a text with this word makes the stand-in fail
+STALL = "stall"  # and with this one it writes two pieces, then nothing until cancelled
 
 
 class EngineFailure(RuntimeError):
@@ -40,11 +44,20 @@ class FailingLlm:
 
     def __init__(self, real: LlamaChat) -> None:
         self.real = real
+        self.stalled: threading.Event | None = None  # the cancel of the stalled reply
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
 
     def stream(self, messages, max_tokens=None, cancel=None, pause=None) -> Iterator[str]:
+        if STALL in messages[-1]["content"]:  # a model that stops writing (a starved one)
+            if "at once" not in messages[-1]["content"]:
+                yield from ["Let me ", "think"]
+            self.stalled = cancel
+            assert cancel is not None
+            cancel.wait(60)  # bounded: a missed cut fails the test, never hangs it
+            yield " some more."
+            return
         failing = FAIL in messages[-1]["content"]
         if failing and "at once" in messages[-1]["content"]:
             raise EngineFailure("llama.cpp failed before the first token")
@@ -104,6 +117,29 @@ async def nothing_more(client: AsyncTcpClient) -> None:
     await client.write_event(Event("ping", {"text": "after"}))
     event = await client.read_event()
     assert event is not None and event.type == "pong", event
+
+
+@pytest.mark.parametrize("said", [True, False])
+async def test_a_reply_that_stops_coming_ends_at_the_reply_timeout(
+    faulty: tuple[int, Services], monkeypatch: pytest.MonkeyPatch, said: bool
+) -> None:
+    port, services = faulty
+    limits = replace(services.settings.limits, reply_timeout=3.0)
+    monkeypatch.setattr(services, "settings", replace(services.settings, limits=limits))
+    engine = await cast(Any, services.llm).slot.get()  # the FailingLlm
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        text = f"Please {STALL} now." if said else f"Please {STALL} at once."
+        await client.write_event(turn_event(text, f"stalled-{said}"))
+        replies = await read_until(client, "handled-stop", "not-handled", timeout=60)
+        types = [e.type for e in replies]
+        # What Home Assistant waits for, in time, with what the model wrote by then.
+        assert types[0] == "handled-start" and types[-2:] == ["handled", "handled-stop"], types
+        assert replies[-2].data["text"] == ("Let me think" if said else SLOW_REPLY)
+        assert "".join(e.data["text"] for e in replies[1:-2]) == replies[-2].data["text"]
+        await nothing_more(client)
+        # The stalled generation was told to stop, and the model serves the next turn.
+        assert engine.stalled is not None and engine.stalled.is_set()
+        await good_turn(client)
 
 
 async def good_turn(client: AsyncTcpClient, conversation_id: str | None = None) -> str:

@@ -9,9 +9,11 @@ that more speech made void).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop
@@ -26,6 +28,9 @@ from .services import Services
 from .validate import context, context_str, text_field
 
 _LOGGER = logging.getLogger(__name__)
+
+# Said when the model wrote nothing within --reply-timeout (HA speaks `handled`'s text).
+SLOW_REPLY = "Sorry, I could not answer in time."
 
 
 class Conversations:
@@ -68,14 +73,28 @@ class Conversations:
             output = follow.speculated(spec)
         else:
             output = self.services.answer(self.host, earlier, text, began=start)
+        late = False
         try:
             async with contextlib.aclosing(output):
-                async for piece in output:
+                async for piece in _until(output, start + self.limits.reply_timeout):
+                    if piece is None:
+                        late = True
+                        break
                     if first is None:
                         first = time.monotonic() - start
                     pieces.append(piece)
                     tap.piece(piece)
                     await self.write(HandledChunk(text=piece).event())
+            if late:
+                _LOGGER.warning(
+                    "Reply cut after %.0f s (--reply-timeout): the model wrote %d pieces",
+                    self.limits.reply_timeout,
+                    len(pieces),
+                )
+                if not "".join(pieces).strip():
+                    pieces.append(SLOW_REPLY)
+                    tap.piece(SLOW_REPLY)
+                    await self.write(HandledChunk(text=SLOW_REPLY).event())
         except BaseException:
             tap.close(None)
             raise
@@ -103,3 +122,22 @@ class Conversations:
             tokens_out=None if tokens_in is None else len(pieces),  # llama.cpp: a piece a token
         )
         _LOGGER.debug("Turn %r answered %r", text, reply)
+
+
+async def _until(pieces: AsyncIterable[str], deadline: float) -> AsyncIterator[str | None]:
+    """`pieces` up to `deadline` (time.monotonic()), then one None. Only the wait for the next
+    piece is cut, never a write of one; the cancelled wait ends the model's generator, which
+    frees the model (its `aclosing` then has nothing left to do)."""
+    items = aiter(pieces)
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise asyncio.TimeoutError
+            piece = await asyncio.wait_for(anext(items), left)
+        except StopAsyncIteration:
+            return
+        except asyncio.TimeoutError:
+            yield None
+            return
+        yield piece

@@ -35,6 +35,9 @@ way Home Assistant understands, since HA ignores `error` (README, *Limits*):
   is given back between pieces so other clients' requests interleave.
 - conversation: prompt + reply fit the model's context in its own tokens (oldest history
   dropped first, then the user text cut); memory per (client address, conversation id).
+  A reply ends `reply_timeout` (120 s) after its turn arrived, however slowly the model
+  writes (a starved llama.cpp once took minutes): what was written by then is the answer
+  (`handled`), or converse.SLOW_REPLY if nothing was; the model is told to stop.
 """
 
 from __future__ import annotations
@@ -74,4 +77,10 @@ class Limits:
         120.0,
         "--request-timeout",
         help="a transcription's audio or a stream's text must be in within this time",
+    )
+    reply_timeout: float = opt(
+        120.0,
+        "--reply-timeout",
+        help="a conversation turn's reply ends this long after it was asked: what the model "
+        "wrote by then is the answer",
     )
