@@ -243,7 +243,8 @@ async def test_a_speculation_answers_only_the_turn_with_its_very_prompt() -> Non
 
 async def test_the_next_speculation_guesses_the_conversation_ha_keeps() -> None:
     """HA keeps a satellite's conversation five minutes: the speculation is asked in the last
-    joined turn's history; a client that starts a conversation per turn gets an empty one."""
+    joined turn's history, a new conversation's too; a client that started a conversation for
+    each of three turns gets an empty one."""
     hub = FollowHub()
     kitchen, _ = follower(KITCHEN)
     hub.follow(kitchen, {"satellite_id": KITCHEN})
@@ -255,10 +256,17 @@ async def test_the_next_speculation_guesses_the_conversation_ha_keeps() -> None:
     hub.turn("Where is Paris?", {"satellite_id": KITCHEN}, key=one).close("In France.")
     await _speculation(hub, kitchen, services)
     assert services.asked[-1] == ([("Where is Paris?", "In France.")], "And Berlin?")
-    # Two joined turns in two conversations: the next is guessed new.
+    # HA started a new conversation (five minutes idle): the next turn is guessed in it.
     hub.heard(kitchen, {"text": "and berlin"})
     two = store.key("ha-host", "conversation-two")
+    store.record(two, "And Berlin?", "In Germany.")
     hub.turn("And Berlin?", {"satellite_id": KITCHEN}, key=two).close("In Germany.")
+    await _speculation(hub, kitchen, services)
+    assert services.asked[-1] == ([("And Berlin?", "In Germany.")], "And Berlin?")
+    # Three joined turns in three conversations: a client that starts one per turn.
+    hub.heard(kitchen, {"text": "and berlin"})
+    three = store.key("ha-host", "conversation-three")
+    hub.turn("And Berlin?", {"satellite_id": KITCHEN}, key=three).close("In Germany.")
     await _speculation(hub, kitchen, services)
     assert services.asked[-1] == ([], "And Berlin?")
     hub.leave(kitchen)

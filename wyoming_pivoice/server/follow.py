@@ -113,8 +113,8 @@ class Follower:
         self.write = write
         self.peer = peer
         self.satellite_id: str | None = None
-        # The conversations of its last two joined turns: the next speculation's guess.
-        self.keys: deque[Hashable | None] = deque(maxlen=2)
+        # The conversations of its last three joined turns: the next speculation's guess.
+        self.keys: deque[Hashable | None] = deque(maxlen=3)
         self.speculation: Speculation | None = None
         self._outbox: asyncio.Queue[Event] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
@@ -350,10 +350,12 @@ class FollowHub:
 
     def _guess(self, follower: Follower) -> Hashable | None:
         """The conversation the follower's next turn will likely be in: HA keeps a satellite's
-        conversation id for five minutes, so the last one's; but when its last two turns came
-        in different conversations (a client that starts one per turn), a new one."""
+        conversation id for five minutes, so the last turn's, a new one's too (guessing an
+        empty history there missed the second turn of every new HA conversation against the
+        real HA 2026.10); only when its last three turns came in three conversations (a client
+        that starts one per turn; HA does not) a new one."""
         keys = follower.keys
-        if not keys or (len(keys) == 2 and keys[0] != keys[1]):
+        if not keys or (len(keys) == 3 and len(set(keys)) == 3):
             return None
         return keys[-1]
 
