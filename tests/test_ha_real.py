@@ -108,3 +108,6 @@ async def test_real_home_assistant(version: str, tmp_path: Path, server_port: in
     assert "kitchen" in words(seen["barge-in"]["heard"]), seen["barge-in"]
     assert "stop" in words(seen["timer"]["heard"]), seen["timer"]
     assert all({"kitchen", "lights"} <= words(h) for h in seen["mic-stall"]["heard"])
+    if "rhasspy" in seen:  # rhasspy's wyoming-satellite beside ours, if `build` made it
+        for row in seen["rhasspy"]["satellites"].values():
+            assert {"kitchen", "lights"} <= words(row["heard"]), seen["rhasspy"]

@@ -1,41 +1,74 @@
-"""A stand-in wake word for rhasspy's wyoming-satellite in script/ha-real: its satellite always
-needs one (local, or HA's wake stage, which the harness has no engine for), and `--vad` with a
-wake word is refused. Its `--wake-command` protocol: raw audio on stdin, a line (the word's
-name) on stdout per detection. This fires as the mic (tests/ha_real/mic.py) begins each clip,
-read from FOLDER/said.log: the user said the wake word just before the request.
+"""A stand-in wake word service for rhasspy's wyoming-satellite in script/ha-real: its satellite
+always needs a wake word (local, or HA's wake stage, which the harness has no engine for), and
+its `--vad` cannot go with one. A Wyoming wake service (the `wyoming` library's server, run on
+rhasspy's venv) that detects "cue" as the mic (tests/ha_real/mic.py) begins each clip, read
+from FOLDER/said.log at each audio chunk: the user said the wake word just before the request.
 
-    python wake.py FOLDER"""
+    python wake.py tcp://127.0.0.1:PORT FOLDER"""
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import sys
-import threading
-import time
+from functools import partial
 from pathlib import Path
+from typing import Any
 
-POLL = 0.02  # s between two looks at said.log (a file has no event to wait on here)
+from wyoming.audio import AudioChunk
+from wyoming.event import Event
+from wyoming.info import Attribution, Describe, Info, WakeModel, WakeProgram
+from wyoming.server import AsyncEventHandler, AsyncServer
+from wyoming.wake import Detection
+
+ATTRIBUTION = Attribution(name="wyoming-pivoice", url="")
+INFO = Info(
+    wake=[
+        WakeProgram(
+            name="cue",
+            description="the mic's cue",
+            attribution=ATTRIBUTION,
+            installed=True,
+            version="1",
+            models=[
+                WakeModel(
+                    name="cue",
+                    description="cue",
+                    attribution=ATTRIBUTION,
+                    installed=True,
+                    languages=["en"],
+                    phrase="cue",
+                    version="1",
+                )
+            ],
+        )
+    ]
+)
 
 
-def drain() -> None:
-    """Read the satellite's audio and drop it (a full pipe would stall the satellite)."""
-    while sys.stdin.buffer.read(4096):
-        pass
+def said(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
 
 
-def main() -> None:
-    said = Path(sys.argv[1]) / "said.log"
-    threading.Thread(target=drain, daemon=True).start()
-    seen = len(said.read_text().splitlines()) if said.exists() else 0
-    while True:
-        lines = said.read_text().splitlines() if said.exists() else []
-        for _ in lines[seen:]:
-            sys.stdout.write("cue\n")
-            sys.stdout.flush()
-        seen = max(seen, len(lines))
-        time.sleep(POLL)
+class Handler(AsyncEventHandler):  # type: ignore[misc]
+    def __init__(self, log: Path, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.log = log
+        self.seen = said(log)
+
+    async def handle_event(self, event: Event) -> bool:
+        if Describe.is_type(event.type):
+            await self.write_event(INFO.event())
+        elif AudioChunk.is_type(event.type) and (now := said(self.log)) > self.seen:
+            self.seen = now
+            chunk = AudioChunk.from_event(event)
+            await self.write_event(Detection(name="cue", timestamp=chunk.timestamp).event())
+        return True
+
+
+async def main() -> None:
+    server = AsyncServer.from_uri(sys.argv[1])
+    await server.run(partial(Handler, Path(sys.argv[2]) / "said.log"))
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):
-        main()
+    asyncio.run(main())
