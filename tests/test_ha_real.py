@@ -92,8 +92,7 @@ async def test_real_home_assistant(version: str, tmp_path: Path, server_port: in
     # … which played our streamed reply and dropped HA's copy of it: one playback in all.
     assert follow["ours_played"] and follow["dropped_has_copy"], follow
     assert follow["played_files"] == 1, follow
-    [wav] = list((out / "played-follow").glob("*.wav"))
-    pcm, rate, _, _ = read_wav(wav)
+    pcm, rate, _, _ = read_wav(out / "followed-reply.wav")  # the follow test's one playback
     replies = await exchange(server_port, transcribe_events(pcm, rate), until="transcript")
     heard = words(replies[-1].data["text"])
     said = words(follow["reply"])
