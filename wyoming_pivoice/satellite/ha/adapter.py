@@ -400,7 +400,7 @@ class HaSatellite:
                     # As for a trigger its start goes up first, from further back.
                     lead = b"".join(self._recent)
                     self._prespeech = lead if len(lead) > len(ev.audio) else ev.audio
-                    self._barge_in(now, None, ev.speech_start)
+                    self._barge_in(now, None, ev.speech_start, heard.time)
                 elif self.wake is None and m.accepts_trigger:
                     self._prespeech = ev.audio  # pre-speech + speech so far, this chunk too
                     self._start_turn()
@@ -424,10 +424,20 @@ class HaSatellite:
         self._finish_turn()
 
     def _barge_in(
-        self, now: float, wake_word: str | None, speech_start: float | None = None
+        self,
+        now: float,
+        wake_word: str | None,
+        speech_start: float | None = None,
+        captured: float | None = None,
     ) -> None:
         """The standalone rule over a reply: stop it now, and the speech starts the next run."""
         cut_at = self.playback.take_cut()  # the audio core's cut, if it came first
+        # Where a barge-in's time goes (the HA tests read it): the chunk that decided, the
+        # audio thread's cut, the loop getting here, run-pipeline written (connection.py).
+        _LOGGER.info(
+            "Barge-in on the loop at %.3f: chunk captured at %.3f, audio thread's cut at %s",
+            now, captured or now, "none" if cut_at is None else f"{cut_at:.3f}",
+        )  # fmt: skip
         if self._clock is not None:
             self._clock.mark("barge_in", cut_at if cut_at is not None else now)
             self._clock.interrupted = True
