@@ -106,8 +106,8 @@ def split(log: str, onset: float, received: float) -> dict[str, object]:
 
 
 # The stream holds the voice from before its first word, but Whisper (tiny.en) mishears words
-# said over a reply: 8 of 12 key-word sets in 4 runs at load 20-26 ("but time is it?" for "What
-# time is it?"; with the canceller's output "I'm going to be inside" for "How cold is it
+# said over a reply: 15 of 24 key-word sets in 8 runs at load 16-27 ("one time, is it?" for
+# "What time is it?"; with the canceller's output "I'm going to be inside" for "How cold is it
 # outside?"). The audio kept over a reply is the audio core's (core.UtteranceAudio, #20).
 WORDS_LOST = "Whisper missed words in the stream HA got, its start whole (audio core, #20): {lost}"
 

@@ -391,9 +391,10 @@ class HaSatellite:
         self._recent.append(heard.chunk)
         # What an utterance keeps of the chunk (core.UtteranceAudio: the mic as captured while
         # a reply may be heard), as standalone's utterance: the canceller's output takes
-        # syllables off a voice over a reply. Whisper on test_ha_barge_in's streams, 4 runs
-        # each at load 20-26: key words 8/12 either way; "How cold is it outside?" 0/4 from
-        # the output ("I'm going to be inside"), 4/4 kept; "What time" 3/4 and 1/4.
+        # syllables off a voice over a reply. Whisper on test_ha_barge_in's streams at load
+        # 16-27: key words 8/12 (4 runs) from the output, 15/24 (8 runs) kept; "How cold is it
+        # outside?" 0/4 from the output ("I'm going to be inside"), 7/8 kept; "What time" 3/4
+        # and 1/8 ("one time, is it?").
         keep: Callable[[bytes], bytes] | None = getattr(self.endpointer, "kept_audio", None)
         kept = heard.chunk if keep is None else keep(heard.chunk)
         if m.streaming:
