@@ -17,9 +17,11 @@ the speaker's sound in the room (the echo recording), not from the room's reply 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,7 +32,7 @@ from wyoming.tts import Synthesize
 from pivoice_lab.room.acoustics import RoomAcoustics
 from pivoice_lab.room.simulator import BLOCK, SOUND_RMS, Room, Say
 
-from .helpers import FakeHomeAssistant, ha_mode_satellite, make_speech, read_wav
+from .helpers import FakeHomeAssistant, ha_mode_satellite, make_speech, read_wav, write_wav
 
 pytestmark = pytest.mark.slow  # real time in a simulated room
 
@@ -63,15 +65,58 @@ SLOW_OVER_REPLY = "reply {n} stopped {s:.2f} s after the words began (audio core
 MISSED_OVER_REPLY = "barge-in missed: reply {n} played on over the words (audio core, #20)\n{log}"
 
 
-# The audio core's own cut (audio.core.CoreSource._fast_barge_in), on the monotonic clock the
-# test shares with the satellite: where a barge-in's time goes (the decision vs the loop).
-CUT_LINE = re.compile(r"Barge-in on the audio thread at ([0-9.]+)")
+# Where a barge-in's time goes, on the monotonic clock the test shares with the satellite:
+# the audio core's own cut (audio.core.CoreSource._fast_barge_in, with how long before it the
+# deciding chunk was captured), the loop's barge-in (adapter._barge_in, with that chunk's
+# capture time) and run-pipeline handed to HA's socket (connection.py).
+CUT_LINE = re.compile(r"Barge-in on the audio thread at ([0-9.]+): chunk captured ([0-9]+) ms")
+LOOP_LINE = re.compile(r"Barge-in on the loop at ([0-9.]+): chunk captured at ([0-9.]+)")
+WROTE_LINE = re.compile(r"Wrote run-pipeline at ([0-9.]+)")
 
 
-def cut_after(log: str, onset: float, until: float) -> float | None:
-    """The audio core's first cut between `onset` and `until` (monotonic seconds), if any."""
-    cuts = [float(m) for m in CUT_LINE.findall(log)]
-    return next((c for c in cuts if onset <= c <= until), None)
+def split(log: str, onset: float, received: float) -> dict[str, object]:
+    """The barge-in between the voice's `onset` and HA's receipt of its run-pipeline, in ms:
+    onset → the chunk that decided (captured) → the decision (the audio thread's cut, or the
+    loop's endpointer when the audio thread did not cut) → the loop's barge-in → run-pipeline
+    written → received by the stand-in (the test's own loop)."""
+
+    def first(pattern: re.Pattern[str], since: float = onset) -> tuple[float, ...] | None:
+        for match in pattern.finditer(log):
+            values = tuple(float(v) for v in match.groups())
+            if since <= values[0] <= received + 1.0:  # its log line may come after HA's read
+                return values
+        return None
+
+    def ms(a: float | None, b: float | None) -> int | None:
+        return None if a is None or b is None else round((b - a) * 1000)
+
+    cut, loop = first(CUT_LINE), first(LOOP_LINE)
+    wrote = first(WROTE_LINE, loop[0]) if loop else None
+    decided = cut[0] if cut else loop[0] if loop else None
+    captured = cut[0] - cut[1] / 1000 if cut else loop[1] if loop else None
+    return {
+        "by": "audio" if cut else "loop",
+        "onset_to_chunk": ms(onset, captured),
+        "chunk_to_decision": ms(captured, decided),
+        "decision_to_loop": ms(decided, loop[0] if loop else None),
+        "loop_to_written": ms(loop[0] if loop else None, wrote[0] if wrote else None),
+        "written_after_onset": ms(onset, wrote[0] if wrote else None),
+        "received_after_onset": ms(onset, received),
+    }
+
+
+# The stream holds the voice from before its first word, but Whisper (tiny.en) mishears words
+# said over a reply: 15 of 24 key-word sets in 8 runs at load 16-27 ("one time, is it?" for
+# "What time is it?"; with the canceller's output "I'm going to be inside" for "How cold is it
+# outside?"). The audio kept over a reply is the audio core's (core.UtteranceAudio, #20).
+WORDS_LOST = "Whisper missed words in the stream HA got, its start whole (audio core, #20): {lost}"
+
+
+def voice_at(stream: np.ndarray, voice: np.ndarray) -> float:
+    """Where `voice`'s first half-second lies in `stream` (seconds), by cross-correlation."""
+    head = voice[:8000]
+    scores = np.correlate(stream, head, mode="valid")
+    return float(np.argmax(np.abs(scores))) / 16000
 
 
 def said(text: str, path: Path, **when: float | int) -> Say:
@@ -161,7 +206,7 @@ async def test_speech_over_replies_stops_each_and_starts_the_next_run(tmp_path: 
     script = [said(questions[0], tmp_path / "q0.wav")]  # timed after the warm-up
     for n, text in enumerate(questions[1:], start=1):
         script.append(said(text, tmp_path / f"q{n}.wav"))  # timed once its reply sounds
-    figures = []
+    figures: list[dict[str, Any]] = []
     starts: list[float] = []
     async with Room(ECHOING, script, record=True) as room:
         args = ("--mic-command", room.mic_command, "--snd-command", room.speaker_command)
@@ -193,13 +238,12 @@ async def test_speech_over_replies_stops_each_and_starts_the_next_run(tmp_path: 
                         # The satellite stopped the reply before the user spoke: its echo
                         # passed the echo rule (the audio core's, see SELF_MADE).
                         pytest.xfail(SELF_MADE.format(n=n, log=sat.log_text()[-1500:]))
-                    cut = cut_after(sat.log_text(), over.onset, run_at)
                     figures.append(
                         {
                             "barge_in": n,
-                            "cut_after_onset_ms": cut and round((cut - over.onset) * 1000),
-                            "played_after_onset_ms": round((played_at - over.onset) * 1000),
-                            "run_pipeline_after_onset_ms": round((run_at - over.onset) * 1000),
+                            "load": round(os.getloadavg()[0], 1),
+                            "played_after_onset": round((played_at - over.onset) * 1000),
+                            "received": run_at,  # split from the whole log below
                         }
                     )
                     # The rest of the stream: what HA's STT would get.
@@ -211,6 +255,10 @@ async def test_speech_over_replies_stops_each_and_starts_the_next_run(tmp_path: 
                 await ha.read_until("played")
                 await room_passes(room, 1.0)
         log = sat.log_text()
+    for figure in figures:
+        over = script[int(figure["barge_in"])]
+        assert over.onset is not None
+        figure.update(split(log, over.onset, float(figure.pop("received"))))
     print(json.dumps(figures))
     for n in range(1, len(questions)):
         over = script[n]
@@ -235,10 +283,29 @@ async def test_speech_over_replies_stops_each_and_starts_the_next_run(tmp_path: 
             n, streams[n].seconds, voice, over.seconds,
         )  # fmt: skip
     for figure in figures:
-        assert figure["played_after_onset_ms"] <= figure["run_pipeline_after_onset_ms"]
+        assert figure["played_after_onset"] <= figure["received_after_onset"]
     # The last reply (1 s, 0.1 s of it silence before the voice) played out whole, once.
     runs = sound_runs(room, last)
     assert len(runs) == 1 and runs[0][1] - runs[0][0] > 0.85, runs
+    # What HA's STT gets of each barge-in: the voice from its first word (the run goes back
+    # adapter.BARGE_IN_LEAD_CHUNKS before the decision), and its words by real Whisper, as
+    # HA's STT would hear them. Seen: the voice 0.53-0.66 s into the stream.
+    from wyoming_pivoice.engines import AsrSettings, WhisperAsr
+
+    asr = WhisperAsr(AsrSettings())
+    heard, lost = [], []
+    for n, key_words in ((1, ("what", "time")), (2, ("cold", "outside")), (3, ("thank",))):
+        write_wav(tmp_path / f"stream{n}.wav", streams[n].pcm)  # to listen to on a failure
+        pcm = np.frombuffer(streams[n].pcm, dtype="<i2").astype(np.float32) / 32768
+        at = voice_at(pcm, script[n].audio)
+        assert at >= 0.1, (n, at)  # the first word whole, and a little before it
+        text = asr.transcribe(pcm).lower()
+        heard.append({"barge_in": n, "voice_at_s": round(at, 2), "whisper": text})
+        if not all(word in text for word in key_words):
+            lost.append((n, text))
+    print(json.dumps(heard))
+    if lost:
+        pytest.xfail(WORDS_LOST.format(lost=lost))
 
 
 async def test_speech_over_a_ringing_timer_stops_it(tmp_path: Path) -> None:

@@ -74,23 +74,29 @@ AUDIO_NICE = -10  # the fallback where real-time scheduling is not permitted
 _priority_logged: set[str] = set()
 
 
-def raise_audio_thread(name: str) -> str:
-    """Give the calling thread (an audio thread) priority over model work: SCHED_RR where
+def raise_audio_thread(
+    name: str, rt: int = AUDIO_RT_PRIORITY, nice: int = AUDIO_NICE, inherit: bool = True
+) -> str:
+    """Give the calling thread (an audio thread) priority over model work: SCHED_RR `rt` where
     permitted (root, CAP_SYS_NICE, or an RLIMIT_RTPRIO such as systemd's LimitRTPRIO=),
-    else a raised nice value, else nothing. Logged once per kind; returns what it got."""
+    else a raised `nice` value, else nothing. `inherit=False`: the threads it starts later
+    (executors' workers) run at normal priority. Logged once per kind; returns what it got."""
     import logging
     import os
 
     logger = logging.getLogger(__name__)
     got = "normal"
+    own = 0 if inherit else getattr(os, "SCHED_RESET_ON_FORK", 0)
     try:
-        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(AUDIO_RT_PRIORITY))
-        got = f"SCHED_RR {AUDIO_RT_PRIORITY}"
+        os.sched_setscheduler(0, os.SCHED_RR | own, os.sched_param(rt))
+        got = f"SCHED_RR {rt}"
     except (AttributeError, OSError):
         try:
+            if own:  # a plain policy may always be set; the flag keeps nice off its threads
+                os.sched_setscheduler(0, os.SCHED_OTHER | own, os.sched_param(0))
             tid = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, tid, AUDIO_NICE)
-            got = f"nice {AUDIO_NICE}"
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+            got = f"nice {nice}"
         except (AttributeError, OSError):
             pass
     if name not in _priority_logged:
@@ -101,7 +107,7 @@ def raise_audio_thread(name: str) -> str:
                 "model work beside it may delay it; allow it with LimitRTPRIO=%d (systemd) "
                 "or an rtprio limit for the audio group",
                 name,
-                AUDIO_RT_PRIORITY,
+                rt,
             )
         else:
             logger.info("The %s thread runs at %s", name, got)
