@@ -208,6 +208,9 @@ async def test_disconnect_mid_pipeline_then_a_new_connection_works(
             stream = await ha.receive_stream()
 
             # Meanwhile a second Home Assistant is refused, clearly; describe still works.
+            # HA pings every 2 s: without a ping for 6 s (the stream above takes seconds under
+            # load) the satellite rightly lets a newcomer take a silent connection's place.
+            await ha.send(Ping().event())
             async with FakeHomeAssistant(sat.port) as intruder:
                 assert (await intruder.describe()).satellite is not None
                 await intruder.send(RunSatellite().event())
