@@ -588,7 +588,7 @@ class EchoCanceller:
             self.delay_samples += len(samples) - len(out_all)
             out_all = np.concatenate([np.zeros(len(samples) - len(out_all), np.int16), out_all])
         self._out = out_all[len(samples) :].copy()
-        self.stats.lag_samples = len(self._out) + len(self._pending)
+        self.stats.lag_samples = self.delay_samples
         return out_all[: len(samples)].astype("<i2").tobytes()
 
     def _count(self, near: np.ndarray, out: np.ndarray) -> None:
