@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from wyoming.audio import AudioFormat
 
 from wyoming_pivoice.audio import (
     CHUNK_SAMPLES,
@@ -48,11 +47,10 @@ from wyoming_pivoice.satellite import (
     policy_from,
 )
 
-from .acoustics import EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
-from .offline import GAP_S, LEAD_S, PIECE_S, RATE, _active_dbfs
+from .acoustics import RoomAcoustics
+from .scene import RATE, two_replies
 
 CUT_S = 0.04  # the live cut follows the decision by 30-60 ms (docs/room.md)
-HEADSET_DBFS = -30.0  # the user's active level when the microphone hears no echo
 
 
 @dataclass(frozen=True)
@@ -93,34 +91,12 @@ def run_take(
     """Two replies through `take.room`, `user` (16 kHz float) over the second at its onset;
     the satellite's chain chunk by chunk; the first utterance that starts over the second
     reply, cut from each signal."""
-    pcm, rate = reply
-    fmt = AudioFormat(rate, 2, 1)
-    speaker = SpeakerPath(fmt, take.room)
-    played = np.concatenate([speaker.convert(pcm), speaker.flush()])
-    first = round(LEAD_S * RATE)
-    second = first + len(played) + round(GAP_S * RATE)
-    total = second + len(played) + 3 * RATE
-    out = np.zeros(total, dtype=np.float32)
-    out[first : first + len(played)] = played
-    out[second : second + len(played)] = played
-    noise = NoiseFloor(take.room.noise_dbfs, take.room.seed).block(total)
-    voice = np.zeros(total, dtype=np.float32)
-    onset = None
-    if user is not None and take.onset_s is not None:
-        echo_level = _active_dbfs(EchoPath(take.room).process(played))
-        target = echo_level if take.room.echo_db > -60 else HEADSET_DBFS
-        gain = 10 ** ((target + take.gain_db - _active_dbfs(user)) / 20)
-        onset = second + round(take.onset_s * RATE)
-        part = (user * gain)[: total - onset]
-        voice[onset : onset + len(part)] = part
+    two = two_replies(take.room, reply, user, take.onset_s, take.gain_db, after_s=3.0)
+    second, out, mic, voice, onset = two.second, two.out, two.mic, two.voice, two.onset
+    played, total = two.played, len(mic)
     response = take.room.impulse_response()
-    mic = EchoPath(take.room).process(out) + noise + voice
-
     canceller = EchoCanceller(echo_settings or EchoSettings())
-    piece = round(rate * PIECE_S) * 2
-    for start in (first, second):
-        for i, offset in enumerate(range(0, len(pcm), piece)):
-            canceller.reference(pcm[offset : offset + piece], fmt, start / RATE + i * PIECE_S)
+    two.feed_reference(canceller)
     vad.reset()
     settings = vad_settings or VadSettings()
     logic = Endpointer(settings, vad).logic  # the endpointer's state machine alone
