@@ -252,7 +252,13 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
         reply = _reply_of(turn, replies)
         if not turn["barged_in"] or reply is None or reply.ended is None:
             continue
-        if not any((reply.first_sound or 0) <= a <= reply.ended for a, _ in spans):
+        if any((reply.first_sound or 0) <= a <= reply.ended for a, _ in spans):
+            continue
+        # The user speaking when the reply stopped: a reply with a pause in it (its next
+        # sentence late under load) is two replies to the room, and the user's next question,
+        # said after the first, stops the second (session 12's headset "self barge-in": the
+        # cut 162 ms after "france" began, the satellite's turn is the user's words).
+        if not _during_user(turn["stamps"].get("barge_in"), spans):
             self_barge += 1
     trials = []
     for say in script:

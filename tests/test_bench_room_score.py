@@ -1,0 +1,39 @@
+"""The room bench's scoring of self barge-ins (lab bench/room.py), on a recorded shape."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+from wyoming.audio import AudioFormat
+
+from pivoice_lab.bench.room import _score
+from pivoice_lab.room.session import RoomRun
+from pivoice_lab.room.simulator import Reply, Say
+
+FMT = AudioFormat(22050, 2, 1)
+
+
+def _turn(barge_in: float | None, first_played: float) -> dict:
+    stamps = {"speech_start": first_played - 5.0, "first_played": first_played}
+    stamps["barge_in"] = barge_in
+    return {"stamps": stamps, "barged_in": barge_in is not None, "echo": None,
+            "transcript": "", "ms": {}}  # fmt: skip
+
+
+def _run(turns: list[dict], replies: list[Reply]) -> RoomRun:
+    return RoomRun(SimpleNamespace(replies=replies), turns, "", True)  # type: ignore[arg-type]
+
+
+def test_a_barge_in_on_the_users_question_in_a_pause_of_the_reply_is_the_users() -> None:
+    """Session 12's headset: the reply paused > 1.5 s (its next sentence late under load), so
+    the room ended it; the user's next question, said 1.2 s later, stopped the rest of it."""
+    reply = Reply(1, FMT, opened=10.0, first_sound=10.0, last_sound=12.0, ended=12.0)
+    question = Say("france", np.zeros(16000, np.float32), reply=1, after_end=True, onset=13.2)
+    # The reply's turn (its speech_start lies in no user span: the script has none for it
+    # here; it is not a barge-in trial either).
+    scored = _score(_run([_turn(13.36, 10.0)], [reply]), [question], {})
+    assert scored["self_barge_ins"] == 0
+    # The same stop with nobody speaking is the satellite's own.
+    alone = _score(_run([_turn(15.0, 10.0)], [reply]), [question], {})
+    assert alone["self_barge_ins"] == 1
