@@ -79,6 +79,14 @@ CONVERGE_FRAMES = 150
 # windows without the user's voice the worse one is dropped.
 TRIAL_WINDOW_FRAMES = 50
 TRIAL_WINDOWS = 4
+# The expected residual falls no faster than this: it stepped down 25-31 dB in one frame
+# when a reply's first 0.5 s were over or the ERLE estimate moved (no cancelling counted,
+# then all of it), while AEC3 leaked as before — live, a leak then stood 19-23 dB over it
+# at Silero 0.19-0.28 (session 12's self barge-in, the -3 dB room) and 25-33 dB at Silero
+# 0 (session 11). 3 dB a frame takes a 31 dB step in 0.1 s; a room's tail decays slower
+# (RT60 0.7 s: 0.9 dB a frame), so a real fall of the echo is followed as it happens.
+FALL_DB_PER_FRAME = 3.0
+FALL_PER_FRAME = 10 ** (-FALL_DB_PER_FRAME / 10)
 VOICE_PROBABILITY = 0.5  # a chunk the VAD scores this high may hold the user's voice
 
 
@@ -184,6 +192,7 @@ class EchoEstimate:
         self._silent_frames = ONSET_QUIET_FRAMES  # reference frames in a row without sound
         self._since_onset = 0  # audible frames since a reply's first sound
         self._audible = 0  # audible frames since the canceller started or a barge-in
+        self._held = 0.0  # the expected residual, falling at FALL_DB_PER_FRAME at most
 
     @property
     def coupling_db(self) -> float | None:
@@ -202,6 +211,10 @@ class EchoEstimate:
 
     def frame(self, ref: float, mic: float, out: float, audible: bool, echo: bool) -> None:
         """One 10 ms frame's mean-square energies (reference, microphone, residual)."""
+        self._frame(ref, mic, out, audible, echo)
+        self._held = max(self._expected_now(), self._held * FALL_PER_FRAME)
+
+    def _frame(self, ref: float, mic: float, out: float, audible: bool, echo: bool) -> None:
         self._recent.append(ref if audible else 0.0)
         if audible:
             if self._silent_frames >= ONSET_QUIET_FRAMES:
@@ -261,7 +274,11 @@ class EchoEstimate:
         return coupling is not None and coupling <= NO_COUPLING_DB
 
     def expected_residual(self) -> float:
-        """Mean-square energy the echo alone would leave in the frame heard now."""
+        """Mean-square energy the echo alone would leave in the frame heard now: it rises at
+        once and falls no faster than FALL_DB_PER_FRAME."""
+        return max(self._expected_now(), self._held)
+
+    def _expected_now(self) -> float:
         loudest = max(self._recent, default=0.0)
         coupling = self.coupling_db
         echo = loudest * 10 ** ((coupling if coupling is not None else 0.0) / 10)
