@@ -108,15 +108,20 @@ class EndpointLogic:
             return []
 
         self._frames.append(frame)
-        voiced = probability >= self.threshold or (
-            probability >= self.neg_threshold and self._silence_run == 0
+        # A candidate's frame is the user's voice when the policy counts it, Silero's
+        # threshold or not (a plain voice over a reply: turn_policy), so the endpointer starts
+        # where the audio core's fast barge-in stops the reply.
+        decision = self._decide(probability) if self._state == "candidate" else Decision.IGNORE
+        voiced = (
+            probability >= self.threshold
+            or (probability >= self.neg_threshold and self._silence_run == 0)
+            or decision is not Decision.IGNORE
         )
         if voiced:
             self._silence_run = 0
             self._last_voiced_index = len(self._frames) - 1
             self._last_voiced = now
             if self._state == "candidate":
-                decision = self._decide(probability)
                 if decision is not Decision.IGNORE:
                     self._voiced += 1
                 return self._maybe_start(decision, now)

@@ -18,9 +18,13 @@ The evidence comes from the echo canceller (echo.py), frame by frame:
   A voice over the reply stands above that; what AEC3 leaks does not, or not for long.
   A voice far above it (strong_margin_db) interrupts within 64 ms of Silero calling it
   speech, sooner than speech starts in silence: each frame waited is the reply talking
-  over the user. Silero itself must say speech (≥ threshold): frames far over the expected
-  residual at a low probability are also what the echo leaves when the estimate is wrong for
-  a moment (session 12: a rule counting them made a self barge-in live).
+  over the user. Silero itself must say speech (≥ threshold), except for a plain voice:
+  ≥ plain_margin_db (20 dB) over it at Silero ≥ plain_threshold (0.1) for 3 frames. AEC3's
+  double-talk suppression blurs a voice under a loud echo and Silero lags it by 100-500 ms at
+  0.0-0.3; the echo's leaks that far over stand at Silero 0.00-0.05 (live, session 11-12).
+  Silero at nothing is never enough: offline, 4 such frames made 19 self barge-ins in 185
+  scenes; a rule at Silero ≥ 0.15 made one live when the estimate fell 31 dB in one frame
+  (session 12; echo.py now holds its fall to 3 dB a frame).
 Without an estimate yet (the first half second of the first reply), a start over a reply
 needs the VAD's `echo_threshold` for `echo_min_speech_frames`, the rule before this one.
 """
@@ -37,6 +41,8 @@ NO_COUPLING_DB = -35.0
 RESIDUAL_MARGIN_DB = 6.0
 # …and this far above it, the voice is plain: it starts sooner than speech in silence.
 STRONG_MARGIN_DB = 12.0
+# …and this far, it counts before Silero is sure (TurnPolicy.plain_threshold).
+PLAIN_MARGIN_DB = 20.0
 
 
 class Decision(str, Enum):
@@ -93,6 +99,16 @@ class TurnPolicy:
     # echo alone (7419 frames over replies, loaded benches) never had Silero ≥ 0.5 less than
     # 4 dB *under* the expected residual, so one frame fewer keeps a wide margin.
     strong_min_speech_frames: int = 2
+    # A voice far over what the echo alone would leave while Silero is still unsure: over a
+    # reply AEC3's double-talk suppression blurs a voice under the echo's level, and Silero
+    # lagged it live by 8-12 frames at 0.1-0.3 (session 12's late −3 dB decisions, 419-579
+    # ms). Live echo alone (session 11-12 benches, 6513 frames over replies, the users' turns
+    # left out) never had Silero ≥ 0.1 on a frame ≥ 12 dB over it twice in a row; its leaks
+    # that far over stand at Silero 0.00-0.05 (up to 8 frames in a row). Three such frames
+    # (96 ms): one more than a leak that fooled the estimate once (session 12, tests).
+    plain_threshold: float = 0.1
+    plain_margin_db: float = PLAIN_MARGIN_DB
+    plain_min_speech_frames: int = 3
 
 
 def decide(evidence: Evidence, voiced_frames: int, policy: TurnPolicy) -> Decision:
@@ -118,6 +134,8 @@ def decide(evidence: Evidence, voiced_frames: int, policy: TurnPolicy) -> Decisi
             counts = prob >= policy.threshold and excess >= policy.residual_margin_db
             strong = excess >= policy.strong_margin_db
             need = policy.strong_min_speech_frames if strong else policy.echo_min_speech_frames
+            if not counts and prob >= policy.plain_threshold and excess >= policy.plain_margin_db:
+                counts, need = True, policy.plain_min_speech_frames
     if not counts:
         return Decision.IGNORE
     if voiced_frames + 1 < need:
