@@ -29,11 +29,11 @@ def test_silence_and_voice_with_nothing_playing() -> None:
     assert decide(Evidence(0.9), POLICY.min_speech_frames - 1, POLICY) is Decision.START
 
 
-def test_a_headset_barges_in_a_frame_sooner_than_speech_starts_in_silence() -> None:
+def test_a_headset_barges_in_two_frames_sooner_than_speech_starts_in_silence() -> None:
     headset = Evidence(0.9, True, coupling_db=-60.0, residual_db=-30, expected_residual_db=-30)
     assert decide(headset, 0, POLICY) is Decision.WAIT
-    assert decide(headset, POLICY.min_speech_frames - 3, POLICY) is Decision.WAIT
-    assert decide(headset, POLICY.min_speech_frames - 2, POLICY) is Decision.INTERRUPT
+    assert decide(headset, POLICY.min_speech_frames - 4, POLICY) is Decision.WAIT
+    assert decide(headset, POLICY.min_speech_frames - 3, POLICY) is Decision.INTERRUPT
     # Nothing playing: the full 150 ms, as before.
     assert decide(Evidence(0.9), POLICY.min_speech_frames - 2, POLICY) is Decision.WAIT
 

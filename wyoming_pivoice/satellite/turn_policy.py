@@ -88,7 +88,7 @@ class TurnPolicy:
     no_coupling_db: float = NO_COUPLING_DB
     residual_margin_db: float = RESIDUAL_MARGIN_DB
     strong_margin_db: float = STRONG_MARGIN_DB
-    barge_in_lead_frames: int = 1  # a reply the mic does not hear stops this much sooner
+    barge_in_lead_frames: int = 2  # a reply the mic does not hear stops this much sooner
     # A voice ≥ strong_margin_db over what the echo alone would leave, Silero ≥ threshold:
     # this many frames (64 ms). Offline (lab room.offline: 3 Piper replies, 3 rooms, 4
     # espeak voices and a recorded one at the echo's level, 72 barge-ins) the 5 frames of
@@ -124,7 +124,8 @@ def decide(evidence: Evidence, voiced_frames: int, policy: TurnPolicy) -> Decisi
             # A reply the microphone does not hear (a headset): only the user can be speaking,
             # and each frame waited is the reply talking over them. Measured in the room
             # (load 11-17): decided 226-257 ms after the onset at 5 frames, the sound then
-            # gone 30-60 ms later; a frame less keeps the whole under 300 ms.
+            # gone 30-60 ms later; at 4 frames session 12's bench (load 4.4-4.7) still had
+            # one of 7 at 320 ms: 3 frames (96 ms), two fewer than a start in silence.
             need = max(1, need - policy.barge_in_lead_frames)
     else:
         excess = evidence.excess_db
