@@ -100,7 +100,7 @@ LATE = [
 
 def test_a_plain_voice_interrupts_before_silero_is_sure() -> None:
     """Three frames ≥ 20 dB over the expected residual at Silero ≥ 0.1 interrupt: 288 and
-    320 ms sooner than the strong rule alone on these recorded frames."""
+    96 ms sooner than the strong rule alone on these recorded frames."""
     strong_only = TurnPolicy(plain_threshold=2.0)  # the rule before session 13
     for frames, (now, before) in zip(LATE, [(4, 13), (10, 13)], strict=True):
         probs = [p for p, _, _ in frames]
