@@ -76,7 +76,7 @@ def test_what_the_echo_left_live_starts_nothing() -> None:
         probs = [p for p, _ in frames]
         evidence = [Evidence(p, True, -6.0, -50.0 + x, -50.0) for p, x in frames]
         # The last sequence's two frames ≥ 20 dB over at Silero ≥ 0.1 may be a voice's first
-        # (WAIT); a third would be needed (and the estimate no longer falls 31 dB at once:
+        # (WAIT); four would be needed (and the estimate no longer falls 31 dB at once:
         # tests/test_echo.py).
         assert set(run(probs, evidence)) <= {Decision.IGNORE, Decision.WAIT}, frames
 
@@ -99,10 +99,10 @@ LATE = [
 
 
 def test_a_plain_voice_interrupts_before_silero_is_sure() -> None:
-    """Three frames ≥ 20 dB over the expected residual at Silero ≥ 0.1 interrupt: 288 and
-    96 ms sooner than the strong rule alone on these recorded frames."""
+    """Four frames ≥ 20 dB over the expected residual at Silero ≥ 0.1 interrupt: 256 and
+    64 ms sooner than the strong rule alone on these recorded frames."""
     strong_only = TurnPolicy(plain_threshold=2.0)  # the rule before session 13
-    for frames, (now, before) in zip(LATE, [(4, 13), (10, 13)], strict=True):
+    for frames, (now, before) in zip(LATE, [(5, 13), (11, 13)], strict=True):
         probs = [p for p, _, _ in frames]
         evidence = [Evidence(p, True, -3.0, r, e) for p, r, e in frames]
         assert run(probs, evidence).index(Decision.INTERRUPT) == now
@@ -127,8 +127,8 @@ HOW_COLD = [(0.0, -61.6, -54.0), (0.0, -58.1, -54.0), (0.04, -48.2, -54.3), (0.2
 def test_two_strong_frames_interrupt() -> None:
     probs = [p for p, _, _ in HOW_COLD]
     evidence = [Evidence(p, True, -6.0, r, e) for p, r, e in HOW_COLD]
-    # The plain voice decides on its third frame at Silero 0.16 (160 ms after the onset).
-    assert run(probs, evidence).index(Decision.INTERRUPT) == 5
+    # The plain voice decides on its fourth frame at Silero 0.15 (192 ms after the onset).
+    assert run(probs, evidence).index(Decision.INTERRUPT) == 6
     # Without it, Silero's second frame over the threshold decides (320 ms); the rule of
     # session 11 (3 frames) waited for the 1.00 (352 ms: the live cut came at 355 ms).
     strong_only = TurnPolicy(plain_threshold=2.0)
@@ -158,7 +158,7 @@ def test_the_endpointer_starts_where_the_policy_interrupts() -> None:
             if event.kind is EndpointKind.SPEECH_STARTED and started is None:
                 started = i
                 assert event.interrupt
-    assert started == 5
+    assert started == 6
 
 
 def test_a_voice_at_the_echos_level_interrupts() -> None:

@@ -19,7 +19,7 @@ The evidence comes from the echo canceller (echo.py), frame by frame:
   A voice far above it (strong_margin_db) interrupts within 64 ms of Silero calling it
   speech, sooner than speech starts in silence: each frame waited is the reply talking
   over the user. Silero itself must say speech (≥ threshold), except for a plain voice:
-  ≥ plain_margin_db (20 dB) over it at Silero ≥ plain_threshold (0.1) for 3 frames. AEC3's
+  ≥ plain_margin_db (20 dB) over it at Silero ≥ plain_threshold (0.1) for 4 frames. AEC3's
   double-talk suppression blurs a voice under a loud echo and Silero lags it by 100-500 ms at
   0.0-0.3; the echo's leaks that far over stand at Silero 0.00-0.05 (live, session 11-12).
   Silero at nothing is never enough: offline, 4 such frames made 19 self barge-ins in 185
@@ -100,15 +100,17 @@ class TurnPolicy:
     # 4 dB *under* the expected residual, so one frame fewer keeps a wide margin.
     strong_min_speech_frames: int = 2
     # A voice far over what the echo alone would leave while Silero is still unsure: over a
-    # reply AEC3's double-talk suppression blurs a voice under the echo's level, and Silero
-    # lagged it live by 8-12 frames at 0.1-0.3 (session 12's late −3 dB decisions, 419-579
-    # ms). Live echo alone (session 11-12 benches, 6513 frames over replies, the users' turns
-    # left out) never had Silero ≥ 0.1 on a frame ≥ 12 dB over it twice in a row; its leaks
-    # that far over stand at Silero 0.00-0.05 (up to 8 frames in a row). Three such frames
-    # (96 ms): one more than a leak that fooled the estimate once (session 12, tests).
+    # reply AEC3's double-talk suppression takes a voice under a loud echo down and apart, and
+    # Silero lagged it live by 8-12 frames at 0.1-0.3 (session 12's late −3 dB decisions,
+    # 419-579 ms). Live echo alone (sessions 11-13's benches, 7919 frames over replies, the
+    # users' turns left out: lab room.echolog) never had Silero ≥ 0.1 on a frame ≥ 20 dB over,
+    # nor twice in a row ≥ 12 dB over; its leaks that far over stand at Silero 0.00-0.05 (up
+    # to 8 frames in a row). Four frames (128 ms): the one leak that fooled the estimate (session
+    # 12, in the tests) had two. Offline (room.offline, 5 rooms, 9 voices, 180 barge-ins at
+    # 0/−3 dB): within 300 ms of the onset 116 → 123 (3 frames: 125), 0 self barge-ins.
     plain_threshold: float = 0.1
     plain_margin_db: float = PLAIN_MARGIN_DB
-    plain_min_speech_frames: int = 3
+    plain_min_speech_frames: int = 4
 
 
 def decide(evidence: Evidence, voiced_frames: int, policy: TurnPolicy) -> Decision:
