@@ -11,13 +11,15 @@ POLICY = TurnPolicy()
 FRAME = 0.032
 
 
-def run(probs: list[float], evidence: list[Evidence | None]) -> list[Decision]:
+def run(
+    probs: list[float], evidence: list[Evidence | None], policy: TurnPolicy = POLICY
+) -> list[Decision]:
     """Frame by frame through decide, counting voiced frames as the endpointer does."""
     out, voiced = [], 0
     for prob, ev in zip(probs, evidence, strict=True):
         ev = ev or Evidence(prob)
         ev = Evidence(prob, ev.playing, ev.coupling_db, ev.residual_db, ev.expected_residual_db)
-        decision = decide(ev, voiced, POLICY)
+        decision = decide(ev, voiced, policy)
         voiced = voiced + 1 if decision is not Decision.IGNORE else 0
         out.append(decision)
     return out
@@ -106,12 +108,7 @@ def test_a_plain_voice_interrupts_before_silero_is_sure() -> None:
         probs = [p for p, _, _ in frames]
         evidence = [Evidence(p, True, -3.0, r, e) for p, r, e in frames]
         assert run(probs, evidence).index(Decision.INTERRUPT) == now
-        voiced, decisions = 0, []
-        for ev in evidence:
-            decision = decide(ev, voiced, strong_only)
-            voiced = voiced + 1 if decision is not Decision.IGNORE else 0
-            decisions.append(decision)
-        assert decisions.index(Decision.INTERRUPT) == before
+        assert run(probs, evidence, strong_only).index(Decision.INTERRUPT) == before
 
 
 # A voice's onset over an HA reply, live (tests/test_ha_barge_in.py, "How cold is it
@@ -132,19 +129,9 @@ def test_two_strong_frames_interrupt() -> None:
     # Without it, Silero's second frame over the threshold decides (320 ms); the rule of
     # session 11 (3 frames) waited for the 1.00 (352 ms: the live cut came at 355 ms).
     strong_only = TurnPolicy(plain_threshold=2.0)
-    voiced, decisions = 0, []
-    for ev in evidence:
-        decision = decide(ev, voiced, strong_only)
-        voiced = voiced + 1 if decision is not Decision.IGNORE else 0
-        decisions.append(decision)
-    assert decisions.index(Decision.INTERRUPT) == 10
+    assert run(probs, evidence, strong_only).index(Decision.INTERRUPT) == 10
     old = TurnPolicy(strong_min_speech_frames=3, plain_threshold=2.0)
-    voiced, old_decisions = 0, []
-    for ev in evidence:
-        decision = decide(ev, voiced, old)
-        voiced = voiced + 1 if decision is not Decision.IGNORE else 0
-        old_decisions.append(decision)
-    assert old_decisions.index(Decision.INTERRUPT) == 11
+    assert run(probs, evidence, old).index(Decision.INTERRUPT) == 11
 
 
 def test_the_endpointer_starts_where_the_policy_interrupts() -> None:
