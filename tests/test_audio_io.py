@@ -457,7 +457,7 @@ async def test_the_speaker_command_runs_at_the_speaker_threads_priority(tmp_path
     started on the speaker thread, after its priority is raised, and inherits it."""
     import threading
 
-    from wyoming_pivoice.audio.pacing import raise_audio_thread
+    from wyoming_pivoice.audio.pacing import raise_thread
     from wyoming_pivoice.audio.speaker import CommandDevice, ContinuousSink
 
     def priority() -> tuple[int, int]:
@@ -466,7 +466,7 @@ async def test_the_speaker_command_runs_at_the_speaker_threads_priority(tmp_path
     thread_got: list[tuple[int, int]] = []
 
     def audio_thread() -> None:  # what the speaker thread gets here (root: SCHED_RR)
-        raise_audio_thread("test")
+        raise_thread("test")
         thread_got.append(priority())
 
     worker = threading.Thread(target=audio_thread)

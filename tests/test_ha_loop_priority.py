@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from wyoming_pivoice.audio.pacing import raise_audio_thread
+from wyoming_pivoice.audio.pacing import raise_thread
 from wyoming_pivoice.satellite.ha.adapter import LOOP_RT_PRIORITY
 
 
@@ -23,7 +23,7 @@ def test_the_loop_is_raised_and_its_later_threads_are_not() -> None:
     got: dict[str, object] = {}
 
     def loop_thread() -> None:  # as serve_ha_satellite does on the loop's thread
-        got["raised"] = raise_audio_thread("test loop", rt=LOOP_RT_PRIORITY, inherit=False)
+        got["raised"] = raise_thread("test loop", rt=LOOP_RT_PRIORITY, inherit=False)
         got["loop"] = priority()
         child = threading.Thread(target=lambda: got.setdefault("child", priority()))
         child.start()

@@ -6,7 +6,7 @@
 
 The thread runs its own small event loop for the microphone (so every source kind, with
 its restarts and backoff, is the same code as before) at a priority above the model work
-(pacing.raise_audio_thread), and does nothing else: a late main loop delays decisions,
+(pacing.raise_thread), and does nothing else: a late main loop delays decisions,
 never the capture, so the canceller's two streams stay aligned. The speaker has its own
 thread (speaker.ContinuousSink) that reports what it writes to the canceller. The main
 loop gets each chunk with its capture time, its VAD probability and the canceller's
@@ -30,7 +30,7 @@ from ..satellite.turn_policy import Decision, Evidence, TurnPolicy, decide
 from .echo import EchoCanceller
 from .format import CHUNK_SECONDS
 from .mic import WavSource
-from .pacing import raise_audio_thread
+from .pacing import raise_thread
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ class CoreSource:
         opened: concurrent.futures.Future[None],
     ) -> None:
         if self.live:
-            raise_audio_thread("audio")
+            raise_thread("audio")
         try:
             asyncio.run(self._capture(main, queue, opened))
         except Exception as err:  # never silent: the listener sees the end of the stream

@@ -266,6 +266,7 @@ class EchoEstimate:
         of the next reply's own echo). The coupling is the room's and stays."""
         self._erles.clear()
         self._audible = 0
+        self._held = max(self._held, self._expected_now())  # the echo is expected in full at once
 
     @property
     def no_echo(self) -> bool:
@@ -275,8 +276,8 @@ class EchoEstimate:
 
     def expected_residual(self) -> float:
         """Mean-square energy the echo alone would leave in the frame heard now: it rises at
-        once and falls no faster than FALL_DB_PER_FRAME."""
-        return max(self._expected_now(), self._held)
+        once and falls no faster than FALL_DB_PER_FRAME (`frame` keeps it)."""
+        return self._held
 
     def _expected_now(self) -> float:
         loudest = max(self._recent, default=0.0)

@@ -9,7 +9,7 @@ import asyncio
 import threading
 import time
 
-__all__ = ["AUDIO_NICE", "AUDIO_RT_PRIORITY", "Pacer", "raise_audio_thread"]
+__all__ = ["AUDIO_NICE", "AUDIO_RT_PRIORITY", "Pacer", "raise_thread"]
 
 
 class Pacer:
@@ -74,7 +74,7 @@ AUDIO_NICE = -10  # the fallback where real-time scheduling is not permitted
 _priority_logged: set[str] = set()
 
 
-def raise_audio_thread(
+def raise_thread(
     name: str, rt: int = AUDIO_RT_PRIORITY, nice: int = AUDIO_NICE, inherit: bool = True
 ) -> str:
     """Give the calling thread (an audio thread) priority over model work: SCHED_RR `rt` where

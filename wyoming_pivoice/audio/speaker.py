@@ -36,7 +36,7 @@ from ..realtime import timeout
 from ..satellite.protocols import AudioSink, Tap
 from .commands import end_command, start_command
 from .mic import find_device
-from .pacing import Pacer, raise_audio_thread
+from .pacing import Pacer, raise_thread
 from .pcm import bytes_per_second, duration, frame_bytes, plain_format
 
 if TYPE_CHECKING:
@@ -731,7 +731,7 @@ class ContinuousSink:
     def _run(
         self, fmt: AudioFormat, generation: int, opened: concurrent.futures.Future[None]
     ) -> None:
-        raise_audio_thread("speaker")
+        raise_thread("speaker")
         try:
             # Opened on this thread, after its priority was raised: a speaker command
             # inherits it, as the microphone command inherits the audio thread's. At normal

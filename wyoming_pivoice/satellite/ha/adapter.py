@@ -45,7 +45,7 @@ from wyoming.wake import Detect, Detection
 
 from ... import startup
 from ...audio.format import CHANNELS, CHUNK_BYTES, RATE, WIDTH
-from ...audio.pacing import AUDIO_NICE, AUDIO_RT_PRIORITY, raise_audio_thread
+from ...audio.pacing import AUDIO_NICE, AUDIO_RT_PRIORITY, raise_thread
 from ...audio.pcm import AudioFormatError, check_format
 from ...timing import TimingLog, TurnClock
 from ...wire.errors import ErrorCode
@@ -631,7 +631,7 @@ async def serve_ha_satellite(settings: SatelliteSettings) -> int:
 
     # This loop turns a barge-in into `played` + `run-pipeline`: above the models, below the
     # audio threads; the threads it starts (executors: the wake word) stay normal.
-    raise_audio_thread("event loop", rt=LOOP_RT_PRIORITY, nice=AUDIO_NICE, inherit=False)
+    raise_thread("event loop", rt=LOOP_RT_PRIORITY, nice=AUDIO_NICE, inherit=False)
 
     try:
         local = None if settings.remote_wake else settings.wake_word
