@@ -69,3 +69,25 @@ def test_recorded_evidence_replays_the_same_decisions(parts):
     assert again.self_barge_ins == outcome.self_barge_ins == []
     deaf = replace(policy, residual_margin_db=200.0)
     assert replay(outcome, deaf).detected_after_s is None
+
+
+def test_the_linear_filter_is_weighed_only_where_it_cancels(parts):
+    """The linear filter beside AEC3 (session 14): in the target room with the speaker on the
+    microphone's clock its evidence is offered over the second reply and its echo alone
+    interrupts nothing; with the room's ±100 ppm of drift it cancels too little (3 dB
+    offline) and is never offered, so the decisions are AEC3's alone, as before."""
+    reply, user, vad = parts
+    linear_vad = SileroVad()
+    shared = replace(ROOM, drift_ppm=0.0)
+    alone = run_scene(Scene(shared, onset_s=None), reply, None, vad, record=True,
+                      linear_vad=linear_vad)  # fmt: skip
+    assert alone.self_barge_ins == []
+    offered = [e for _, e in alone.evidence if e.linear_probability is not None]
+    assert offered and all(e.playing for e in offered)
+    over = run_scene(Scene(shared, onset_s=1.5, gain_db=-3.0), reply, user, vad,
+                     linear_vad=linear_vad)  # fmt: skip
+    assert over.detected_after_s is not None and over.self_barge_ins == []
+    drifting = run_scene(Scene(ROOM, onset_s=None), reply, None, vad, record=True,
+                         linear_vad=linear_vad)  # fmt: skip
+    assert drifting.self_barge_ins == []
+    assert all(e.linear_probability is None for _, e in drifting.evidence)

@@ -125,6 +125,10 @@ class EchoSettings:
     noise_suppression: bool = opt(False, "--noise-suppression", help="WebRTC noise suppression")
     high_pass_filter: bool = opt(False, "--high-pass", help="WebRTC high-pass filter")
     auto_gain_control: bool = opt(False, "--auto-gain", help="WebRTC automatic gain control")
+    # A linear echo filter (SpeexDSP's, audio/mdf.py) beside AEC3 whose output keeps a voice
+    # that AEC3's suppression takes off under a loud reply: barge-in weighs it too (where it
+    # cancels, echo.LINEAR_MIN_ERLE_DB). False: AEC3's output alone (the lab compares them).
+    linear_barge_in: bool = True
 
     @property
     def active(self) -> bool:
