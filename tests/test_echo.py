@@ -50,12 +50,14 @@ def user(tmp_path_factory):
     return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768
 
 
-def _run(reply, acoustics: RoomAcoustics, user: np.ndarray | None = None, ref_late_ms=0.0):
+def _run(
+    reply, acoustics: RoomAcoustics, user: np.ndarray | None = None, ref_late_ms=0.0, linear=False
+):
     """Play `reply` from t=0.5 s through the room; the mic is read every 32 ms. Returns
     (mic in, mic out, the sample where the reply starts, where it ends)."""
     pcm, rate = reply
     fmt = AudioFormat(rate, 2, 1)
-    canceller = EchoCanceller(EchoSettings())
+    canceller = EchoCanceller(EchoSettings(linear_barge_in=linear))
     played16 = StreamingConverter(fmt, RATE).convert(pcm)
     start = RATE // 2
     total = start + len(played16) + RATE  # a second of tail after the reply
@@ -397,14 +399,14 @@ def test_the_canceller_goes_on_without_the_linear_filter_where_speexdsp_cannot_l
         raise OSError("libspeexdsp.so.1: cannot open shared object file")
 
     monkeypatch.setattr(mdf, "_library", missing)
-    canceller = EchoCanceller(EchoSettings())
+    canceller = EchoCanceller(EchoSettings(linear_barge_in=True))
     assert not canceller.linear_filter and not canceller.linear
     assert "No linear echo filter" in caplog.text
     out = canceller.process(bytes(CHUNK_SAMPLES * 2), CHUNK_SECONDS)
     assert len(out) == CHUNK_SAMPLES * 2 and canceller.linear_chunk is None
     assert canceller.evidence(0.9, 0.9).linear_probability is None  # the old evidence
-    # Off by setting: the same, and no log line.
-    assert not EchoCanceller(EchoSettings(linear_barge_in=False)).linear_filter
+    # Off (the default): the same, and no log line.
+    assert not EchoCanceller(EchoSettings()).linear_filter
 
 
 def test_the_linear_output_is_offered_once_the_filter_cancels(reply):
@@ -413,11 +415,11 @@ def test_the_linear_output_is_offered_once_the_filter_cancels(reply):
     over one reply without drift), never before."""
     from wyoming_pivoice.audio.echo import LINEAR_MIN_ERLE_DB
 
-    fresh = EchoCanceller(EchoSettings())
+    fresh = EchoCanceller(EchoSettings(linear_barge_in=True))
     fresh.process(bytes(CHUNK_SAMPLES * 2), CHUNK_SECONDS)
     assert fresh.linear_filter and not fresh.linear
     assert fresh.evidence(0.9, 0.9).linear_probability is None
-    *_, canceller = _run(reply, RoomAcoustics(-6, 20, 60))
+    *_, canceller = _run(reply, RoomAcoustics(-6, 20, 60), linear=True)
     assert canceller.linear_chunk is not None and len(canceller.linear_chunk) == CHUNK_SAMPLES * 2
     assert canceller.linear_estimate.coupling_db == canceller.estimate.coupling_db
     assert canceller.linear_estimate.erle_db >= LINEAR_MIN_ERLE_DB and canceller.linear

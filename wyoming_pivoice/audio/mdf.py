@@ -5,8 +5,10 @@ takes a voice that starts under a loud echo down with the echo (docs/room.md, se
 the voice at −26…−34 dBFS in the microphone, AEC3's output over it −56…−61 dBFS, Silero on
 it 0.00-0.01 for ~450 ms). `speex_echo_cancellation` is the adaptive filter alone (the
 residual suppression lives in Speex's preprocessor, which is not used here): the microphone
-less the filter's estimate of the echo, so the user's voice passes at its own level. The
-turn policy weighs it beside AEC3's (echo.py, turn_policy.py) for barge-in only.
+less the filter's estimate of the echo, so the user's voice passes at its own level. With
+EchoSettings.linear_barge_in the turn policy weighs it beside AEC3's (echo.py, turn_policy.py)
+for barge-in only; off by default: it follows neither clock drift nor an echo delay that
+moves between replies (docs/room.md, session 14).
 
 The library is Debian's `libspeexdsp1` (the C API has not changed since 1.2). Where it cannot
 be loaded `Mdf.load` raises OSError and the canceller goes on without it (the old rule).

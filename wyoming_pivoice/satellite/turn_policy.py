@@ -27,6 +27,10 @@ The evidence comes from the echo canceller (echo.py), frame by frame:
   (session 12; echo.py now holds its fall to 3 dB a frame).
 Without an estimate yet (the first half second of the first reply), a start over a reply
 needs the VAD's `echo_threshold` for `echo_min_speech_frames`, the rule before this one.
+Where the canceller runs a linear filter beside AEC3 (EchoSettings.linear_barge_in, off by
+default) and it cancels, `linear_*` carry the same figures of its output, which keeps a voice
+AEC3's suppression takes off: Silero ≥ linear_threshold on it and ≥ linear_margin_db over
+what the echo alone leaves there, for linear_min_speech_frames (docs/room.md, session 14).
 """
 
 from __future__ import annotations
