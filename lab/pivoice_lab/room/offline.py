@@ -25,7 +25,7 @@ import json
 import pickle
 import statistics
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +91,9 @@ def run_scene(
         outcome.voice_s = (end - onset) / RATE
         outcome.user_db = two.user_db
         outcome.echo_db = round(two.echo_db, 1)
-    canceller = EchoCanceller(echo_settings or EchoSettings())
+    if echo_settings is None:
+        echo_settings = EchoSettings(linear_barge_in=linear_vad is not None)
+    canceller = EchoCanceller(echo_settings)
     linear = LinearScore(linear_vad) if linear_vad is not None else None
     two.feed_reference(canceller, scene.ref_late_ms / 1000)
     vad.reset()
@@ -193,7 +195,10 @@ def main() -> None:  # pragma: no cover - a lab tool
     parser.add_argument("--json", type=Path)
     parser.add_argument("--record", type=Path, help="keep every scene's evidence here")
     parser.add_argument("--replay", type=Path, help="score the policy on --record's file")
-    parser.add_argument("--no-linear", action="store_true", help="AEC3's output alone")
+    parser.add_argument(
+        "--linear", action="store_true", help="the linear filter beside AEC3 (EchoSettings)"
+    )
+    parser.add_argument("--drift", type=float, help="every room's drift (ppm), e.g. 0: one clock")
     args = parser.parse_args()
     if args.replay:
         policy = policy_from(VadSettings())
@@ -207,8 +212,10 @@ def main() -> None:  # pragma: no cover - a lab tool
     voices.append(("arctic", _trim(read_wav_float(human_recording(ARCTIC_WAV)))))
     voices += [(path.stem, _trim(read_wav_float(path))) for path in args.voices]
     rooms = [ROOMS[key] for key in args.rooms.split(",")]
+    if args.drift is not None:
+        rooms = [replace(room, drift_ppm=args.drift) for room in rooms]
     vad = SileroVad()
-    linear_vad = None if args.no_linear else SileroVad()
+    linear_vad = SileroVad() if args.linear else None
     record = args.record is not None
     outcomes = []
     for room in rooms:
