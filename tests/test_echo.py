@@ -425,3 +425,34 @@ def test_the_linear_output_is_offered_once_the_filter_cancels(reply):
     assert canceller.linear_estimate.erle_db >= LINEAR_MIN_ERLE_DB and canceller.linear
     evidence = canceller.evidence(0.9, 0.8)
     assert evidence.linear_probability == 0.8 and evidence.linear_excess_db is not None
+
+
+def test_the_linear_output_is_scored_only_over_a_reply_with_a_fresh_state_each_time():
+    """core.LinearScore: its own VAD, reset when a reply starts to be heard, and nothing
+    scored outside replies or while the canceller does not offer the linear output."""
+    from types import SimpleNamespace
+
+    from wyoming_pivoice.audio.core import LinearScore
+
+    class Vad:
+        def __init__(self):
+            self.resets = self.calls = 0
+
+        def probability(self, chunk):
+            assert chunk.shape == (CHUNK_SAMPLES,)
+            self.calls += 1
+            return 0.7
+
+        def reset(self):
+            self.resets += 1
+
+    vad = Vad()
+    score = LinearScore(vad)
+    chunk = bytes(CHUNK_SAMPLES * 2)
+    over = SimpleNamespace(linear_chunk=chunk, linear=True, hearing=Hearing.ECHO)
+    clear = SimpleNamespace(linear_chunk=chunk, linear=True, hearing=Hearing.CLEAR)
+    closed = SimpleNamespace(linear_chunk=chunk, linear=False, hearing=Hearing.ECHO)
+    assert [score.score(c) for c in (clear, over, over, closed, over, clear)] == [
+        None, 0.7, 0.7, None, 0.7, None
+    ]  # fmt: skip
+    assert vad.calls == 3 and vad.resets == 2  # a reply heard anew after the gate closed
