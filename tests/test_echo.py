@@ -50,12 +50,14 @@ def user(tmp_path_factory):
     return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768
 
 
-def _run(reply, acoustics: RoomAcoustics, user: np.ndarray | None = None, ref_late_ms=0.0):
+def _run(
+    reply, acoustics: RoomAcoustics, user: np.ndarray | None = None, ref_late_ms=0.0, linear=False
+):
     """Play `reply` from t=0.5 s through the room; the mic is read every 32 ms. Returns
     (mic in, mic out, the sample where the reply starts, where it ends)."""
     pcm, rate = reply
     fmt = AudioFormat(rate, 2, 1)
-    canceller = EchoCanceller(EchoSettings())
+    canceller = EchoCanceller(EchoSettings(linear_barge_in=linear))
     played16 = StreamingConverter(fmt, RATE).convert(pcm)
     start = RATE // 2
     total = start + len(played16) + RATE  # a second of tail after the reply
@@ -366,3 +368,91 @@ def test_replies_shorter_than_the_echo_delay_keep_the_room_coupled():
         reply(30)
         assert not estimate.no_echo
         assert estimate.coupling_db is not None and estimate.coupling_db > -8, estimate.coupling_db
+
+
+# ---- the linear filter beside AEC3, for barge-in (mdf.py, session 14) ----------------------
+
+
+def test_the_linear_filter_takes_a_fixed_echo_path_out():
+    """SpeexDSP's filter alone (no suppression): a linear path without drift is learned."""
+    from wyoming_pivoice.audio.mdf import Mdf
+
+    rng = np.random.default_rng(3)
+    far = (rng.standard_normal(RATE * 6) * 3000).astype(np.int16)
+    path = np.zeros(800)
+    path[[320, 321, 400]] = [0.5, 0.25, -0.1]  # 20 ms delay and two reflections
+    near = np.convolve(far.astype(np.float64), path)[: len(far)]
+    near = (near + rng.standard_normal(len(far)) * 10).astype(np.int16)
+    mdf = Mdf(160, 8000, RATE)
+    out = np.concatenate(
+        [mdf.process(near[i : i + 160], far[i : i + 160]).copy() for i in range(0, len(far), 160)]
+    )
+    assert _dbfs(near[-RATE:]) - _dbfs(out[-RATE:]) > 15  # the last second: 18-20 dB here
+
+
+def test_the_canceller_goes_on_without_the_linear_filter_where_speexdsp_cannot_load(
+    monkeypatch, caplog
+):
+    from wyoming_pivoice.audio import mdf
+
+    def missing():
+        raise OSError("libspeexdsp.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(mdf, "_library", missing)
+    canceller = EchoCanceller(EchoSettings(linear_barge_in=True))
+    assert not canceller.linear_filter and not canceller.linear
+    assert "No linear echo filter" in caplog.text
+    out = canceller.process(bytes(CHUNK_SAMPLES * 2), CHUNK_SECONDS)
+    assert len(out) == CHUNK_SAMPLES * 2 and canceller.linear_chunk is None
+    assert canceller.evidence(0.9, 0.9).linear_probability is None  # the old evidence
+    # Off (the default): the same, and no log line.
+    assert not EchoCanceller(EchoSettings()).linear_filter
+
+
+def test_the_linear_output_is_offered_once_the_filter_cancels(reply):
+    """linear_chunk has every chunk's length; the evidence carries the linear filter's
+    figures once its own ERLE estimate reaches LINEAR_MIN_ERLE_DB (here 12-15 dB a window
+    over one reply without drift), never before."""
+    from wyoming_pivoice.audio.echo import LINEAR_MIN_ERLE_DB
+
+    fresh = EchoCanceller(EchoSettings(linear_barge_in=True))
+    fresh.process(bytes(CHUNK_SAMPLES * 2), CHUNK_SECONDS)
+    assert fresh.linear_filter and not fresh.linear
+    assert fresh.evidence(0.9, 0.9).linear_probability is None
+    *_, canceller = _run(reply, RoomAcoustics(-6, 20, 60), linear=True)
+    assert canceller.linear_chunk is not None and len(canceller.linear_chunk) == CHUNK_SAMPLES * 2
+    assert canceller.linear_estimate.coupling_db == canceller.estimate.coupling_db
+    assert canceller.linear_estimate.erle_db >= LINEAR_MIN_ERLE_DB and canceller.linear
+    evidence = canceller.evidence(0.9, 0.8)
+    assert evidence.linear_probability == 0.8 and evidence.linear_excess_db is not None
+
+
+def test_the_linear_output_is_scored_only_over_a_reply_with_a_fresh_state_each_time():
+    """core.LinearScore: its own VAD, reset when a reply starts to be heard, and nothing
+    scored outside replies or while the canceller does not offer the linear output."""
+    from types import SimpleNamespace
+
+    from wyoming_pivoice.audio.core import LinearScore
+
+    class Vad:
+        def __init__(self):
+            self.resets = self.calls = 0
+
+        def probability(self, chunk):
+            assert chunk.shape == (CHUNK_SAMPLES,)
+            self.calls += 1
+            return 0.7
+
+        def reset(self):
+            self.resets += 1
+
+    vad = Vad()
+    score = LinearScore(vad)
+    chunk = bytes(CHUNK_SAMPLES * 2)
+    over = SimpleNamespace(linear_chunk=chunk, linear=True, hearing=Hearing.ECHO)
+    clear = SimpleNamespace(linear_chunk=chunk, linear=True, hearing=Hearing.CLEAR)
+    closed = SimpleNamespace(linear_chunk=chunk, linear=False, hearing=Hearing.ECHO)
+    assert [score.score(c) for c in (clear, over, over, closed, over, clear)] == [
+        None, 0.7, 0.7, None, 0.7, None
+    ]  # fmt: skip
+    assert vad.calls == 3 and vad.resets == 2  # a reply heard anew after the gate closed

@@ -69,3 +69,39 @@ def test_recorded_evidence_replays_the_same_decisions(parts):
     assert again.self_barge_ins == outcome.self_barge_ins == []
     deaf = replace(policy, residual_margin_db=200.0)
     assert replay(outcome, deaf).detected_after_s is None
+
+
+def test_the_linear_filter_is_weighed_only_where_it_cancels(parts):
+    """The linear filter beside AEC3 (session 14): in the target room with the speaker on the
+    microphone's clock its evidence is offered over the second reply and its echo alone
+    interrupts nothing; with the room's ±100 ppm of drift it cancels too little (3 dB
+    offline) and is never offered, so the decisions are AEC3's alone, as before."""
+    from wyoming_pivoice.satellite import EchoSettings
+
+    reply, user, vad = parts
+    on = {"linear_vad": SileroVad(), "echo_settings": EchoSettings(linear_barge_in=True)}
+    shared = replace(ROOM, drift_ppm=0.0)
+    alone = run_scene(Scene(shared, onset_s=None), reply, None, vad, record=True, **on)
+    assert alone.self_barge_ins == []
+    offered = [e for _, e in alone.evidence if e.linear_probability is not None]
+    assert offered and all(e.playing for e in offered)
+    over = run_scene(Scene(shared, onset_s=1.5, gain_db=-3.0), reply, user, vad, **on)
+    assert over.detected_after_s is not None and over.self_barge_ins == []
+    drifting = run_scene(Scene(ROOM, onset_s=None), reply, None, vad, record=True, **on)
+    assert drifting.self_barge_ins == []
+    assert all(e.linear_probability is None for _, e in drifting.evidence)
+
+
+def test_the_linear_filter_needs_the_echo_to_stay_put(parts):
+    """room.converge: over short replies on one clock the linear filter's ERLE reaches the
+    gate; with the echo's delay moving a few ms from reply to reply (a speaker command
+    reopened, the room's ticks) it does not, while AEC3 follows."""
+    from pivoice_lab.room.converge import settle
+    from wyoming_pivoice.audio.echo import LINEAR_MIN_ERLE_DB
+
+    reply, _, _ = parts
+    shared = replace(ROOM, drift_ppm=0.0)
+    still = settle(shared, reply, replies=5)
+    assert still[-1][0] >= LINEAR_MIN_ERLE_DB
+    moving = settle(shared, reply, replies=5, move_s=0.005)
+    assert moving[-1][0] < LINEAR_MIN_ERLE_DB <= moving[-1][1]

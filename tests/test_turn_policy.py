@@ -193,3 +193,54 @@ def test_the_endpointer_marks_a_start_over_a_reply_as_a_barge_in() -> None:
     for i, p in enumerate(probs):
         events += logic.process(p, bytes(1024), i * FRAME)
     assert events[0].kind is EndpointKind.SPEECH_STARTED and not events[0].interrupt
+
+
+# The linear filter beside AEC3 (session 14), recorded offline (lab room.offline, the
+# −10 dB/20 ms room without clock drift, the CMU ARCTIC voice 3 dB under the echo, 0.7 s into
+# the second reply), per chunk: (AEC3 output's Silero, its residual, expected; the linear
+# output's Silero, its residual, expected). AEC3's suppression took the voice off (−60 dBFS,
+# Silero 0.00) while the linear output kept it at −28 dBFS, Silero 0.97-1.0.
+TAKEN_OFF = [
+    (0.0, -63.2, -25.9, 0.23, -42.3, -35.9),
+    (0.0, -62.6, -35.9, 0.63, -32.2, -37.2),
+    (0.0, -60.4, -46.9, 0.97, -27.8, -37.2),
+    (0.0, -60.3, -55.6, 1.0, -28.7, -37.2),
+    (0.0, -57.6, -57.6, 1.0, -27.7, -37.2),
+    (0.0, -60.0, -57.6, 1.0, -28.0, -37.2),
+]
+# Echo alone on the linear output where its Silero was highest (no-drift rooms, 5 of 55780
+# frames at ≥ 0.5): its residual 6-12 dB under what the echo alone is expected to leave.
+LINEAR_ECHO = [
+    (0.0, -63.5, -16.9, 0.68, -39.7, -33.0),
+    (0.0, -62.7, -16.9, 0.65, -38.4, -31.0),
+    (0.0, -63.2, -18.9, 0.67, -41.6, -33.0),
+    (0.0, -61.9, -13.3, 0.63, -38.1, -26.4),
+] * 3
+
+
+def _linear(rows, with_linear: bool = True) -> list[Decision]:
+    out, voiced = [], 0
+    for p, r, e, lp, lr, le in rows:
+        ev = Evidence(p, True, -9.0, r, e)
+        if with_linear:
+            ev = Evidence(p, True, -9.0, r, e, linear_probability=lp, linear_residual_db=lr,
+                          linear_expected_db=le)  # fmt: skip
+        decision = decide(ev, voiced, POLICY)
+        voiced = voiced + 1 if decision is not Decision.IGNORE else 0
+        out.append(decision)
+    return out
+
+
+def test_a_voice_aec3_took_off_interrupts_on_the_linear_output() -> None:
+    decisions = _linear(TAKEN_OFF)
+    # Chunks 2-4 stand 9-10 dB over at Silero ≥ 0.97: three frames (96 ms) interrupt.
+    assert decisions.index(Decision.INTERRUPT) == 1 + POLICY.linear_min_speech_frames
+    # AEC3's output alone holds nothing of it.
+    assert set(_linear(TAKEN_OFF, with_linear=False)) == {Decision.IGNORE}
+
+
+def test_the_echo_on_the_linear_output_starts_nothing() -> None:
+    assert set(_linear(LINEAR_ECHO)) == {Decision.IGNORE}
+    # Silero sure, the level a few dB under the margin: not the user's either.
+    near = [(0.0, -60.0, -30.0, 0.99, -33.0, -37.2)] * 10
+    assert set(_linear(near)) == {Decision.IGNORE}

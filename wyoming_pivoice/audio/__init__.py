@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..exports import lazy_exports, names
 
 _EXPORTS = {
-    ".core": ("FastBargeIn", "UtteranceAudio"),
+    ".core": ("FastBargeIn", "LinearScore", "UtteranceAudio"),
     ".echo": ("EchoCanceller",),
     ".format": ("CHUNK_BYTES", "CHUNK_SAMPLES", "CHUNK_SECONDS"),
     ".pacing": ("AUDIO_RT_PRIORITY", "Pacer"),
@@ -21,7 +21,7 @@ _EXPORTS = {
     ".speaker": ("NullSink",),
 }
 if TYPE_CHECKING:  # the same names, for the type checker (tests/test_layout.py: they agree)
-    from .core import FastBargeIn, UtteranceAudio
+    from .core import FastBargeIn, LinearScore, UtteranceAudio
     from .echo import EchoCanceller
     from .format import CHUNK_BYTES, CHUNK_SAMPLES, CHUNK_SECONDS
     from .pacing import AUDIO_RT_PRIORITY, Pacer

@@ -24,7 +24,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..satellite.endpoint import Endpointer
+import numpy as np
+
+from ..satellite.endpoint import Endpointer, Vad
 from ..satellite.protocols import AudioSink, AudioSource, Hearing
 from ..satellite.turn_policy import Decision, Evidence, TurnPolicy, decide
 from .echo import EchoCanceller
@@ -106,6 +108,7 @@ class CoreSource:
         self.on_interrupt: Callable[[], None] | None = None
         self._read: asyncio.Future[bytes | None] | None = None
         self._fast = FastBargeIn(endpointer.logic.policy if endpointer else TurnPolicy())
+        self._linear: LinearScore | None = None  # the VAD on the linear filter's output
         self._kept = UtteranceAudio()
         if endpointer is not None:
             endpointer.frame_probability = self._probability_of
@@ -203,6 +206,7 @@ class CoreSource:
         self._core_loop = asyncio.get_running_loop()
         try:
             await self.source.open()
+            self._open_linear()
         except BaseException as err:
             opened.set_exception(err)
             return
@@ -229,6 +233,15 @@ class CoreSource:
         finally:
             with contextlib.suppress(Exception):
                 await self.source.close()
+
+    def _open_linear(self) -> None:
+        """The second VAD for the linear filter's output, loaded before the first chunk."""
+        canceller, endpointer = self.canceller, self.endpointer
+        if self._linear is not None or canceller is None or endpointer is None:
+            return
+        if canceller.linear_filter:
+            vad = endpointer.second_vad()
+            self._linear = LinearScore(vad) if vad is not None else None
 
     def _cancel_read(self) -> None:
         read = self._read
@@ -269,13 +282,23 @@ class CoreSource:
         hearing = canceller.hearing if canceller is not None else Hearing.CLEAR
         evidence = None
         if canceller is not None and probability is not None:
-            evidence = canceller.evidence(probability)
+            linear = None
+            if self._linear is not None:
+                try:
+                    linear = self._linear.score(canceller)
+                except Exception:  # barge-in then weighs AEC3's output alone
+                    _LOGGER.exception("VAD failed on the linear filter's output")
+            evidence = canceller.evidence(probability, linear)
             if evidence.playing and _LOGGER.isEnabledFor(logging.DEBUG):
                 # What the turn policy weighed, chunk by chunk while a reply may be heard: a
                 # barge-in missed or a self-made one in a live run is read from these lines.
                 _LOGGER.debug(
-                    "Over the reply at %.3f: VAD %.2f, residual %s dB, expected %s dB",
+                    "Over the reply at %.3f: VAD %.2f, residual %s dB, expected %s dB; "
+                    "linear VAD %s, residual %s dB, expected %s dB, ERLE %.1f dB",
                     now, probability, evidence.residual_db, evidence.expected_residual_db,
+                    evidence.linear_probability and round(evidence.linear_probability, 2),
+                    evidence.linear_residual_db, evidence.linear_expected_db,
+                    canceller.linear_estimate.erle_db,
                 )  # fmt: skip
             self._fast_barge_in(evidence, now)
         kept = None
@@ -333,6 +356,26 @@ class FastBargeIn:
             self._voiced = 0
             return True
         return False
+
+
+class LinearScore:
+    """The VAD on the linear filter's output (EchoCanceller.linear_chunk) while a reply may be
+    heard, for the barge-in decision: its own VAD instance (recurrent state), reset when a
+    reply starts to be heard. Nothing is scored outside replies (no cost there)."""
+
+    def __init__(self, vad: Vad) -> None:
+        self.vad = vad
+        self._on = False
+
+    def score(self, canceller: EchoCanceller) -> float | None:
+        chunk = canceller.linear_chunk
+        if chunk is None or not canceller.linear or canceller.hearing is Hearing.CLEAR:
+            self._on = False
+            return None
+        if not self._on:
+            self.vad.reset()
+            self._on = True
+        return self.vad.probability(np.frombuffer(chunk, dtype="<i2").astype(np.float32) / 32768)
 
 
 def cancel_echo(

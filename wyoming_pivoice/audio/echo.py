@@ -32,6 +32,7 @@ from ..satellite.protocols import Hearing
 from ..satellite.settings import EchoSettings
 from ..satellite.turn_policy import NO_COUPLING_DB, Evidence
 from .format import RATE
+from .mdf import Mdf
 from .pcm import StreamingConverter, frame_bytes
 
 if TYPE_CHECKING:
@@ -88,6 +89,16 @@ TRIAL_WINDOWS = 4
 FALL_DB_PER_FRAME = 3.0
 FALL_PER_FRAME = 10 ** (-FALL_DB_PER_FRAME / 10)
 VOICE_PROBABILITY = 0.5  # a chunk the VAD scores this high may hold the user's voice
+# The linear filter beside AEC3 (mdf.py, for barge-in): its length must span the echo
+# path's delay (the rooms: 20-250 ms, plus the device's buffer) and the loud part of the
+# room's tail.
+LINEAR_TAIL_SECONDS = 0.5
+# Its evidence is offered only while it cancels at least this much (its ERLE estimate): a
+# speaker whose clock drifts from the microphone's slides the echo under a linear filter,
+# and SpeexDSP's does not keep up (offline, the −6 dB/150 ms room: 15-19 dB without drift,
+# 11-14 at 5 ppm, 7-11 at 20-50 ppm, 3 at 100 ppm, where its residual echo stood up to 10 dB
+# over the estimate and made self barge-ins); AEC3 follows the drift, so AEC3's rules do.
+LINEAR_MIN_ERLE_DB = 12.0
 
 
 def load_apm(settings: EchoSettings) -> rtc.AudioProcessingModule:
@@ -179,7 +190,14 @@ class EchoEstimate:
     - noise floor: the microphone's energy while nothing plays, lowest of recent windows.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, converge_frames: int = CONVERGE_FRAMES, onset_frames: int = ONSET_FRAMES
+    ) -> None:
+        # How long a new filter (the canceller's start, a barge-in's) and a reply's first
+        # moments count no cancelling (see _expected_now): AEC3's; the linear filter beside
+        # it is never restarted and needs neither.
+        self.converge_frames = converge_frames
+        self.onset_frames = onset_frames
         self._ref = self._mic = self._out = 0.0
         self._frames = 0  # audible reference frames in the window
         self._mic_frames = 0  # frames that may hold echo in the window (the tail too)
@@ -289,7 +307,7 @@ class EchoEstimate:
         # restart: a self-made turn 0.3 s into the next reply). Count on no cancelling for
         # its first 0.5 s: only a voice louder than the echo itself interrupts then; so in
         # the first CONVERGE_FRAMES of echo after the canceller started or a barge-in.
-        settled = self._since_onset >= ONSET_FRAMES and self._audible >= CONVERGE_FRAMES
+        settled = self._since_onset >= self.onset_frames and self._audible >= self.converge_frames
         erle = self.erle_db if settled else 0.0
         return echo / 10 ** (erle / 10) + self.floor
 
@@ -405,6 +423,15 @@ class EchoCanceller:
         self.estimate = EchoEstimate()
         self._chunk_residual = 0.0  # mean-square energy of the last chunk's output
         self._chunk_expected = 0.0  # …and what the echo alone would have left of it
+        # The linear filter beside AEC3 (mdf.py), for the barge-in decision alone: its output
+        # keeps a voice AEC3's suppression takes off; None where off or not loadable.
+        self._linear = open_linear(settings)
+        self.linear_estimate = EchoEstimate(converge_frames=0, onset_frames=0)
+        self._linear_out: np.ndarray | None = None
+        self.linear_chunk: bytes | None = None  # the last chunk's linear output (aligned)
+        self._chunk_linear = 0.0
+        self._chunk_linear_expected = 0.0
+        self._chunk_mic = 0.0  # mean-square energy of the last chunk's microphone
         self.stats = EchoStats()
 
     # ---- the timeline -----------------------------------------------------------------
@@ -557,9 +584,12 @@ class EchoCanceller:
             self._out = np.zeros(FRAME - math.gcd(len(samples), FRAME), dtype=np.int16)
             self.delay_samples = len(self._out)
         outputs = [self._out]
+        if self._linear_out is None:
+            self._linear_out = np.zeros(len(self._out), dtype=np.int16)
+        linear_outputs = [self._linear_out]
         used = 0
         scale = 1.0 / (32768.0 * 32768.0)
-        residual = expected = 0.0
+        residual = expected = linear = linear_expected = mic_total = 0.0
         frames = 0
         while len(pending) - used >= FRAME:
             ref = self._reference_frame(self._capture_index)
@@ -587,6 +617,14 @@ class EchoCanceller:
             mic_energy = float(np.mean(near.astype(np.float64) ** 2)) * scale
             out_energy = float(np.mean(out.astype(np.float64) ** 2)) * scale
             self.estimate.frame(ref_energy, mic_energy, out_energy, audible, echo)
+            if self._linear is not None:
+                lin = self._linear.process(near, np.frombuffer(render_pcm, dtype=np.int16)).copy()
+                linear_outputs.append(lin)
+                lin_energy = float(np.mean(lin.astype(np.float64) ** 2)) * scale
+                self.linear_estimate.frame(ref_energy, mic_energy, lin_energy, audible, echo)
+                linear += lin_energy
+                mic_total += mic_energy
+                linear_expected += self.linear_estimate.expected_residual()
             # AEC3 always sees the stream (its state stays continuous); outside echo its
             # output is not used, so speech outside replies reaches the VAD as captured,
             # and with no echo path (a headset) nothing is taken off the user's voice.
@@ -600,6 +638,16 @@ class EchoCanceller:
             self._capture_index += FRAME
         if frames:
             self._chunk_residual, self._chunk_expected = residual / frames, expected / frames
+            self._chunk_linear = linear / frames
+            self._chunk_linear_expected = linear_expected / frames
+            self._chunk_mic = mic_total / frames
+        if self._linear is not None:
+            lin_all = np.concatenate(linear_outputs)
+            short = len(samples) - len(lin_all)
+            if short > 0:
+                lin_all = np.concatenate([np.zeros(short, np.int16), lin_all])
+            self._linear_out = lin_all[len(samples) :].copy()
+            self.linear_chunk = lin_all[: len(samples)].astype("<i2").tobytes()
         self._pending = pending[used:].copy()
         out_all = np.concatenate(outputs)
         if len(out_all) < len(samples):  # a chunk of another size: the lag grows to fit
@@ -636,23 +684,58 @@ class EchoCanceller:
         """What the microphone may be hearing now besides the user."""
         return Hearing.ECHO if self._echo_possible() else Hearing.CLEAR
 
-    def evidence(self, probability: float) -> Evidence:
+    @property
+    def linear_filter(self) -> bool:
+        """Whether the linear filter runs beside AEC3 (mdf.py loaded)."""
+        return self._linear is not None
+
+    @property
+    def linear(self) -> bool:
+        """Whether the linear filter's output is worth weighing now: it runs beside AEC3
+        (linear_chunk is its output) and cancels at least LINEAR_MIN_ERLE_DB."""
+        return self._linear is not None and self.linear_estimate.erle_db >= LINEAR_MIN_ERLE_DB
+
+    def evidence(self, probability: float, linear_probability: float | None = None) -> Evidence:
         """The last chunk processed, for turn_policy.decide, given its VAD probability (a
-        barge-in's trial of two filters leaves out windows with the user's voice)."""
+        barge-in's trial of two filters leaves out windows with the user's voice) and the
+        VAD's on `linear_chunk` (None: not scored)."""
         if probability >= VOICE_PROBABILITY:
             self._voice_in_window = True
         estimate = self.estimate
+        linear = linear_probability is not None and self.linear
         return Evidence(
             probability,
             playing=self._echo_possible(),
             coupling_db=estimate.coupling_db,
             residual_db=round(_db(self._chunk_residual), 1),
             expected_residual_db=round(_db(self._chunk_expected), 1),
+            linear_probability=linear_probability if linear else None,
+            linear_residual_db=round(_db(self._chunk_linear), 1) if linear else None,
+            linear_expected_db=round(_db(self._chunk_linear_expected), 1) if linear else None,
+            linear_drop_db=(
+                round(_db(self._chunk_mic / max(self._chunk_linear, 1e-12)), 1) if linear else None
+            ),
         )
 
 
 def _to_pcm16(samples: np.ndarray) -> bytes:
     return (np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16).tobytes()
+
+
+def open_linear(settings: EchoSettings) -> Mdf | None:
+    """The linear filter beside AEC3, or None: off, or libspeexdsp cannot load (one log
+    line; barge-in then weighs AEC3's output alone, as before)."""
+    if not (settings.echo_cancellation and settings.linear_barge_in):
+        return None
+    try:
+        return Mdf(FRAME, round(LINEAR_TAIL_SECONDS * RATE), RATE)
+    except OSError as err:
+        _LOGGER.warning(
+            "No linear echo filter for barge-in (%s; Debian: apt install libspeexdsp1): a voice "
+            "that starts under a loud reply is heard later",
+            err,
+        )
+        return None
 
 
 def open_canceller(settings: EchoSettings) -> EchoCanceller | None:

@@ -264,6 +264,7 @@ class Endpointer:
         # or None: the chunk itself.
         self.kept_audio: Callable[[bytes], bytes] | None = None
         self._vad = vad
+        self._given = vad is not None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="pivoice vad")
 
     @property
@@ -280,6 +281,16 @@ class Endpointer:
 
             self._vad = SileroVad()
         return self._vad
+
+    def second_vad(self) -> Vad | None:
+        """Blocking: another VAD of this endpointer's kind with its own recurrent state (the
+        audio core scores the linear echo filter's output with it, core.LinearScore); None
+        where the VAD was handed in (a test's fake)."""
+        if self._given:
+            return None
+        from ..engines.vad import SileroVad
+
+        return SileroVad()
 
     def probability(self, chunk: bytes) -> float:
         """Blocking: the speech probability of one chunk (runs the model)."""

@@ -125,6 +125,12 @@ class EchoSettings:
     noise_suppression: bool = opt(False, "--noise-suppression", help="WebRTC noise suppression")
     high_pass_filter: bool = opt(False, "--high-pass", help="WebRTC high-pass filter")
     auto_gain_control: bool = opt(False, "--auto-gain", help="WebRTC automatic gain control")
+    # A linear echo filter (SpeexDSP's, audio/mdf.py) beside AEC3 whose output keeps a voice
+    # that AEC3's suppression takes off under a loud reply: barge-in weighs it too where it
+    # cancels (echo.LINEAR_MIN_ERLE_DB). Off: it follows neither clock drift nor an echo delay
+    # that moves from reply to reply, and live it never reached its gate (docs/room.md,
+    # session 14); the lab turns it on (room.offline --linear).
+    linear_barge_in: bool = False
 
     @property
     def active(self) -> bool:

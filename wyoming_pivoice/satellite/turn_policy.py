@@ -27,6 +27,10 @@ The evidence comes from the echo canceller (echo.py), frame by frame:
   (session 12; echo.py now holds its fall to 3 dB a frame).
 Without an estimate yet (the first half second of the first reply), a start over a reply
 needs the VAD's `echo_threshold` for `echo_min_speech_frames`, the rule before this one.
+Where the canceller runs a linear filter beside AEC3 (EchoSettings.linear_barge_in, off by
+default) and it cancels, `linear_*` carry the same figures of its output, which keeps a voice
+AEC3's suppression takes off: Silero ≥ linear_threshold on it and ≥ linear_margin_db over
+what the echo alone leaves there, for linear_min_speech_frames (docs/room.md, session 14).
 """
 
 from __future__ import annotations
@@ -61,6 +65,12 @@ class Evidence:
     coupling_db: float | None = None  # echo level − reference level; None: not known yet
     residual_db: float | None = None  # the cleaned frame's level
     expected_residual_db: float | None = None  # what the echo alone would leave now
+    # The same of the linear filter beside AEC3 (echo.py, mdf.py): its output keeps a voice
+    # that AEC3's suppression takes off; None: no linear filter.
+    linear_probability: float | None = None  # VAD speech probability of its output
+    linear_residual_db: float | None = None
+    linear_expected_db: float | None = None
+    linear_drop_db: float | None = None  # the microphone over the linear filter's output
 
     @property
     def echo_heard(self) -> bool:
@@ -75,6 +85,13 @@ class Evidence:
         if self.residual_db is None or self.expected_residual_db is None:
             return None
         return self.residual_db - self.expected_residual_db
+
+    @property
+    def linear_excess_db(self) -> float | None:
+        """How far the linear filter's output stands above what the echo alone leaves in it."""
+        if self.linear_residual_db is None or self.linear_expected_db is None:
+            return None
+        return self.linear_residual_db - self.linear_expected_db
 
 
 @dataclass(frozen=True)
@@ -111,6 +128,27 @@ class TurnPolicy:
     plain_threshold: float = 0.1
     plain_margin_db: float = PLAIN_MARGIN_DB
     plain_min_speech_frames: int = 4
+    # The linear filter's output beside AEC3 (Evidence.linear_*): a frame counts when the VAD
+    # on it says speech and it stands this far over what the echo alone leaves in it, and
+    # the microphone stands no more than linear_max_drop_db over it (a voice is most of the
+    # microphone; the echo alone loses the filter's ERLE). None: no such rule.
+    linear_threshold: float = 0.5
+    linear_margin_db: float | None = 6.0
+    linear_max_drop_db: float | None = None
+    linear_min_speech_frames: int = 3
+
+
+def _linear_voice(evidence: Evidence, policy: TurnPolicy) -> bool:
+    """Whether the linear filter's output holds a voice over the echo (TurnPolicy.linear_*)."""
+    prob, excess = evidence.linear_probability, evidence.linear_excess_db
+    if prob is None or excess is None or prob < policy.linear_threshold:
+        return False
+    if policy.linear_margin_db is not None and excess < policy.linear_margin_db:
+        return False
+    drop = evidence.linear_drop_db
+    if policy.linear_max_drop_db is not None and (drop is None or drop > policy.linear_max_drop_db):
+        return False
+    return policy.linear_margin_db is not None or policy.linear_max_drop_db is not None
 
 
 def decide(evidence: Evidence, voiced_frames: int, policy: TurnPolicy) -> Decision:
@@ -139,6 +177,8 @@ def decide(evidence: Evidence, voiced_frames: int, policy: TurnPolicy) -> Decisi
             need = policy.strong_min_speech_frames if strong else policy.echo_min_speech_frames
             if not counts and prob >= policy.plain_threshold and excess >= policy.plain_margin_db:
                 counts, need = True, policy.plain_min_speech_frames
+            if not counts and _linear_voice(evidence, policy):
+                counts, need = True, policy.linear_min_speech_frames
     if not counts:
         return Decision.IGNORE
     if voiced_frames + 1 < need:

@@ -143,10 +143,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--room-cases",
-        choices=["targets", "grid", "all"],
+        choices=["targets", "grid", "shared-clock", "all"],
         default="targets",
         help="targets: issue #20's rooms (small speaker, 0.7 s tail, ±100 ppm), a headset and "
-        "AEC off; grid: the older grid of levels and delays",
+        "AEC off; grid: the older grid of levels and delays; shared-clock: the two echo rooms "
+        "without drift",
     )
     parser.add_argument(
         "--room-rounds",

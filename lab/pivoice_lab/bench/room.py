@@ -116,6 +116,16 @@ def busy_load(count: int, nice: int | None = None) -> Iterator[list[int]]:
             proc.wait()
 
 
+def shared_clock_cases() -> list[RoomCase]:
+    """Issue #20's two echo rooms with the speaker and the microphone on one clock (one sound
+    card, a HAT or a USB speakerphone): no drift, where the linear filter beside AEC3 is
+    weighed for barge-in (audio/echo.py LINEAR_MIN_ERLE_DB; with ±100 ppm it is not)."""
+    return [
+        RoomCase(-6, 150, True, rt60_s=0.7, small_speaker=True),
+        RoomCase(-3, 250, True, rt60_s=0.7, small_speaker=True),
+    ]
+
+
 def default_cases() -> list[RoomCase]:
     """The issue's grid: −6 dB with the room tail over delays 20–120 ms (the hard case, ≥ 20
     replies), −10/−20 dB, no tail, and AEC off at each level to show the failure."""

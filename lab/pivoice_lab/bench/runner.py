@@ -224,6 +224,7 @@ def _room(options: BenchOptions, utterances: list, workdir: Path) -> dict[str, A
     cases = {
         "targets": room.target_cases(),
         "grid": room.default_cases(),
+        "shared-clock": room.shared_clock_cases(),
         "all": room.target_cases() + room.default_cases(),
     }[options.room_cases]
     # Its own server, replies capped short (see room.ROOM_SERVER_ARGS), unless --server.

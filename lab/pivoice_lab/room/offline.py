@@ -25,7 +25,7 @@ import json
 import pickle
 import statistics
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +35,7 @@ from wyoming_pivoice.audio import (
     CHUNK_SECONDS,
     EchoCanceller,
     FastBargeIn,
+    LinearScore,
     float_to_pcm16,
 )
 from wyoming_pivoice.engines import SileroVad
@@ -64,7 +65,8 @@ class Outcome:
     echo_db: float | None = None
     voice_s: float | None = None  # how long the user's voice lasts
     # Over the voice's first 0.5 s, chunk by chunk: (VAD probability, excess over the echo).
-    trace: list[tuple[float, float | None]] = field(default_factory=list)
+    # …and of the linear filter beside AEC3 (VAD, excess; None: none).
+    trace: list[tuple] = field(default_factory=list)
     # Every chunk's evidence, with its end in seconds after the voice's onset (or the first
     # reply's start), when `record`: a policy variant replays on it (`replay`).
     evidence: list[tuple[float, Evidence]] = field(default_factory=list)
@@ -77,6 +79,8 @@ def run_scene(
     vad: SileroVad,
     vad_settings: VadSettings | None = None,
     record: bool = False,
+    linear_vad: SileroVad | None = None,
+    echo_settings: EchoSettings | None = None,
 ) -> Outcome:
     """Two replies through `scene.room`; `user` (16 kHz float) over the second at its onset."""
     two = two_replies(scene.room, reply, user, scene.onset_s, scene.gain_db, gap_s=scene.gap_s)
@@ -87,7 +91,10 @@ def run_scene(
         outcome.voice_s = (end - onset) / RATE
         outcome.user_db = two.user_db
         outcome.echo_db = round(two.echo_db, 1)
-    canceller = EchoCanceller(EchoSettings())
+    if echo_settings is None:
+        echo_settings = EchoSettings(linear_barge_in=linear_vad is not None)
+    canceller = EchoCanceller(echo_settings)
+    linear = LinearScore(linear_vad) if linear_vad is not None else None
     two.feed_reference(canceller, scene.ref_late_ms / 1000)
     vad.reset()
     policy = policy_from(vad_settings or VadSettings())
@@ -98,14 +105,19 @@ def run_scene(
         cleaned = canceller.process(chunk, (n + 1) * CHUNK_SECONDS)
         samples = np.frombuffer(cleaned, dtype="<i2").astype(np.float32) / 32768
         probability = vad.probability(samples)
-        evidence = canceller.evidence(probability)
+        linear_probability = linear.score(canceller) if linear is not None else None
+        evidence = canceller.evidence(probability, linear_probability)
         chunk_end = lo + CHUNK_SAMPLES
         if record:
             outcome.evidence.append(((chunk_end - (onset or first)) / RATE, evidence))
         speaking = onset is not None and end is not None and onset < chunk_end <= end + RATE // 4
         if speaking and onset is not None and chunk_end - onset <= RATE // 2:
-            excess = evidence.excess_db
-            outcome.trace.append((round(probability, 2), excess and round(excess, 1)))
+            excess, lin = evidence.excess_db, evidence.linear_excess_db
+            outcome.trace.append(
+                (round(probability, 2), excess and round(excess, 1),
+                 evidence.linear_probability and round(evidence.linear_probability, 2),
+                 lin and round(lin, 1))
+            )  # fmt: skip
         if fast.step(evidence, in_speech=False):
             if speaking and onset is not None:
                 if outcome.detected_after_s is None:
@@ -183,6 +195,10 @@ def main() -> None:  # pragma: no cover - a lab tool
     parser.add_argument("--json", type=Path)
     parser.add_argument("--record", type=Path, help="keep every scene's evidence here")
     parser.add_argument("--replay", type=Path, help="score the policy on --record's file")
+    parser.add_argument(
+        "--linear", action="store_true", help="the linear filter beside AEC3 (EchoSettings)"
+    )
+    parser.add_argument("--drift", type=float, help="every room's drift (ppm), e.g. 0: one clock")
     args = parser.parse_args()
     if args.replay:
         policy = policy_from(VadSettings())
@@ -196,16 +212,22 @@ def main() -> None:  # pragma: no cover - a lab tool
     voices.append(("arctic", _trim(read_wav_float(human_recording(ARCTIC_WAV)))))
     voices += [(path.stem, _trim(read_wav_float(path))) for path in args.voices]
     rooms = [ROOMS[key] for key in args.rooms.split(",")]
+    if args.drift is not None:
+        rooms = [replace(room, drift_ppm=args.drift) for room in rooms]
     vad = SileroVad()
+    linear_vad = SileroVad() if args.linear else None
     record = args.record is not None
     outcomes = []
     for room in rooms:
-        outcomes.append(run_scene(Scene(room, onset_s=None), reply, None, vad, record=record))
+        alone = Scene(room, onset_s=None)
+        outcomes.append(run_scene(alone, reply, None, vad, record=record, linear_vad=linear_vad))
         for name, voice in voices:
             for gain in (float(g) for g in args.gains.split(",")):
                 for onset in (float(o) for o in args.onsets.split(",")):
                     scene = Scene(room, onset, gain, user=name)
-                    outcomes.append(run_scene(scene, reply, voice, vad, record=record))
+                    outcomes.append(
+                        run_scene(scene, reply, voice, vad, record=record, linear_vad=linear_vad)
+                    )
     if args.record:
         args.record.write_bytes(pickle.dumps(outcomes))
     _report(outcomes, args.gains, args.json)
