@@ -450,6 +450,24 @@ async def test_the_speaker_stream_stays_open_across_replies(tmp_path: Path) -> N
     assert again.startswith(primer) and second in again
 
 
+async def test_a_barge_in_cuts_a_reply_once(tmp_path: Path) -> None:
+    """The audio core's policy says INTERRUPT on every chunk of the voice until the loop has
+    taken the utterance (a late loop: five calls for one barge-in at load ~40): only the
+    first call cuts, so only it is logged and counted."""
+    from wyoming_pivoice.audio.speaker import CommandDevice, ContinuousSink
+
+    sink = ContinuousSink(CommandDevice("exec cat > /dev/null"))
+    fmt = AudioFormat(22050, 2, 1)
+    assert not sink.cut(hold=True)  # nothing plays yet
+    await sink.play(tone(5.0, 22050), fmt)
+    await until(lambda: sink.playing, "playback", 5.0)
+    assert sink.cut(hold=True)
+    assert not sink.cut(hold=True)
+    assert sink.take_cut() is not None
+    await asyncio.wait_for(sink.stop(), 1.0)
+    await sink.close()
+
+
 async def test_the_speaker_command_runs_at_the_speaker_threads_priority(tmp_path: Path) -> None:
     """The speaker command is the device's feeder: at normal priority it fell behind under load
     and its device ran dry (the room's speaker, load 4-6: 13-200 ms of silence at a time that

@@ -105,7 +105,9 @@ class CoreSource:
         self._reset_vad = threading.Event()
         # Barge-in without waiting for the event loop: called on this thread when the turn
         # policy says INTERRUPT (the standalone pipeline sets it: the speaker's `cut`).
-        self.on_interrupt: Callable[[], None] | None = None
+        # The barge-in: True when it cut a reply (the policy says INTERRUPT on every chunk of
+        # the voice until the loop has taken the utterance: a late loop, many calls).
+        self.on_interrupt: Callable[[], bool] | None = None
         self._read: asyncio.Future[bytes | None] | None = None
         self._fast = FastBargeIn(endpointer.logic.policy if endpointer else TurnPolicy())
         self._linear: LinearScore | None = None  # the VAD on the linear filter's output
@@ -317,7 +319,8 @@ class CoreSource:
         if not self._fast.step(evidence, endpointer.in_speech):
             return
         decided = time.monotonic()
-        self.on_interrupt()
+        if not self.on_interrupt():
+            return  # already cut (the loop has not taken the utterance yet), or not allowed
         # Where a barge-in's time goes: the chunk's capture → the decision (the mic's
         # transport and this thread) → the cut (the speaker's lock, AEC3's second filter).
         _LOGGER.info(

@@ -674,17 +674,17 @@ class ContinuousSink:
         self.cut()
         self._cut = False
 
-    def cut(self, hold: bool = False) -> None:
+    def cut(self, hold: bool = False) -> bool:
         """Thread-safe stop: the current reply's queued audio is dropped at once (what is
         written already, the lead, still plays). The audio core calls it on a barge-in with
         `hold`: the rest of that reply is dropped too, until the loop's own stop (or the
-        reply's drain) has caught up."""
+        reply's drain) has caught up. Returns whether there was a reply to cut."""
         with self._lock:
             reply = self._reply
             if reply is None or reply.done.is_set():
                 # Nothing to cut (the reply has all been written; its last lead still plays).
                 # Holding now would drop the next reply's audio, which no stop would release.
-                return
+                return False
             if hold:
                 self._cut = True
                 self.cut_at = time.monotonic()
@@ -701,10 +701,11 @@ class ContinuousSink:
         reply.done.set()
         if self._dropped and self.tap is not None:
             self.tap.cut(time.monotonic())  # nothing handed over plays from now on
-            return
+            return True
         barge_in = getattr(self.tap, "barge_in", None)
         if barge_in is not None:
             barge_in()  # the echo canceller: see EchoCanceller.barge_in
+        return True
 
     async def close(self) -> None:
         await self.stop()

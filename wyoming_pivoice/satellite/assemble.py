@@ -61,8 +61,7 @@ def cut_on_interrupt(source: AudioSource, playback: Playback, allowed: Callable[
     if not isinstance(source, CoreSource) or not playback.can_cut:
         return
 
-    def interrupt() -> None:
-        if allowed():
-            playback.cut_now()
+    def interrupt() -> bool:
+        return allowed() and playback.cut_now()
 
     source.on_interrupt = interrupt

@@ -201,10 +201,11 @@ class Playback:
         """The sink can be cut from the audio thread (audio/speaker.ContinuousSink)."""
         return getattr(self.sink, "cut", None) is not None
 
-    def cut_now(self) -> None:
+    def cut_now(self) -> bool:
         """On the audio thread: the turn policy said INTERRUPT on this frame. The rest of the
-        reply is held back until the loop's own stop (or the reply's drain) catches up."""
-        self.sink.cut(hold=True)  # type: ignore[attr-defined]
+        reply is held back until the loop's own stop (or the reply's drain) catches up.
+        Returns whether a reply was playing to cut (not one cut already)."""
+        return bool(self.sink.cut(hold=True))  # type: ignore[attr-defined]
 
     @property
     def cut_pending(self) -> bool:
