@@ -171,8 +171,10 @@ async def test_config_flow_entities(server: dict[str, str]) -> None:
     assert {"stt", "tts", "conversation"} <= set(server), server
 
 
-async def test_stt_transcribes_a_real_clip(hass: HomeAssistant, server: dict[str, str]) -> None:
-    pcm, rate, text = clip()
+async def transcribe(
+    hass: HomeAssistant, server: dict[str, str], rate: int, pcm: bytes
+) -> stt.SpeechResult:
+    """Our STT entity, as HA's pipeline asks it: 16-bit mono PCM in HA's satellite chunks."""
     entity = stt.async_get_speech_to_text_entity(hass, server["stt"])
     assert entity is not None
     metadata = stt.SpeechMetadata(
@@ -188,8 +190,13 @@ async def test_stt_transcribes_a_real_clip(hass: HomeAssistant, server: dict[str
         for start in range(0, len(pcm), 2048):  # HA's satellite chunk size
             yield pcm[start : start + 2048]
 
+    return await entity.internal_async_process_audio_stream(metadata, chunks())
+
+
+async def test_stt_transcribes_a_real_clip(hass: HomeAssistant, server: dict[str, str]) -> None:
+    pcm, rate, text = clip()
     began = time.monotonic()
-    result = await entity.internal_async_process_audio_stream(metadata, chunks())
+    result = await transcribe(hass, server, rate, pcm)
     record("stt", said=text, heard=result.text, ms=round(1000 * (time.monotonic() - began)))
     assert result.result == stt.SpeechResultState.SUCCESS, result
     assert {"kitchen", "lights"} <= words(result.text or ""), (text, result.text)
@@ -288,24 +295,44 @@ def played(out: Path) -> tuple[int, float] | None:
     return None
 
 
-async def connected(
-    hass: HomeAssistant, wire: Wire, port: int = SATELLITE_PORT
-) -> tuple[config_entries.ConfigEntry, str]:
-    """Add our satellite; its entity id once HA's newest connection to it has had a `pong`
-    back. The entity says idle before that, and HA 2025.4 never closes the connection of an
+@contextlib.asynccontextmanager
+async def connected_pipeline(
+    hass: HomeAssistant,
+    server: dict[str, str],
+    wire: Wire,
+    port: int = SATELLITE_PORT,
+    prefer_local: bool = False,
+) -> AsyncIterator[tuple[Any, str]]:
+    """HA's preferred pipeline on our server (`our_pipeline`; *Prefer handling commands
+    locally* if `prefer_local`) and our satellite on `port` added to HA: (the pipeline, the
+    satellite's entity id) once HA's newest connection to it has had a `pong` back; the
+    satellite's entry is unloaded at the end, whatever the test did.
+
+    The entity says idle before the pong, and HA 2025.4 never closes the connection of an
     unloaded entry, so our satellite refuses the next one until the old one has been silent
-    for 6 s (satellite/ha_connection.py); HA retries and gets in then."""
+    for 6 s (satellite/ha/connection.py); HA retries and gets in then."""
+    pipeline = await our_pipeline(hass, server)
+    if prefer_local:
+        await async_update_pipeline(hass, pipeline, prefer_local_intents=True)
+        pipeline = async_get_pipeline(hass, pipeline.id)
+        assert pipeline.prefer_local_intents
     entry = await add_entry(hass, port)
-    satellite = entities(hass, entry).get("assist_satellite")
-    assert satellite, entities(hass, entry)
+    try:
+        satellite = entities(hass, entry).get("assist_satellite")
+        assert satellite, entities(hass, entry)
 
-    def accepted() -> bool:
-        ours = [c for way, c, p, _, _ in wire if (way, p) == ("out", port)]
-        return bool(ours) and ("in", ours[-1], "pong") in {(w, c, k) for w, c, _, k, _ in wire}
+        def accepted() -> bool:
+            ours = [c for way, c, p, _, _ in wire if (way, p) == ("out", port)]
+            return bool(ours) and ("in", ours[-1], "pong") in {(w, c, k) for w, c, _, k, _ in wire}
 
-    await until(accepted, "a pong from our satellite on HA's connection")
-    await until(lambda: (s := hass.states.get(satellite)) and s.state == "idle", "satellite idle")
-    return entry, satellite
+        await until(accepted, "a pong from our satellite on HA's connection")
+        await until(
+            lambda: (s := hass.states.get(satellite)) and s.state == "idle", "satellite idle"
+        )
+        yield pipeline, satellite
+    finally:
+        assert await hass.config_entries.async_unload(entry.entry_id)
+        await hass.async_block_till_done()
 
 
 Wire = list[tuple[str, int, int, str, dict[str, Any]]]
@@ -358,23 +385,14 @@ async def test_pipeline_through_our_satellite(
     """One Assist run as a user has it: our satellite hears the clip, HA runs its pipeline
     with our server as STT, agent and TTS, and our satellite plays HA's reply audio."""
     assert SATELLITE_PORT, "PIVOICE_SATELLITE_PORT is not set (run this through script/ha-real)"
-    pipeline = await our_pipeline(hass, server)
     out = fresh_speaker()
-    entry, satellite = await connected(hass, wire)
-    state = hass.states.get(satellite)
-    _, _, text = clip()
-    try:
-        began = time.monotonic()
-        say("ha")  # the satellite's microphone says the clip once
-        done = await until(
-            lambda: [e for e in run_events(hass, pipeline.id) if ended(e)], "finished run"
-        )
-        events = done[0]
-        heard = event_data(events, "stt-end").get("stt_output", {}).get("text", "")
-        intent = event_data(events, "intent-end").get("intent_output", {})
-        reply = intent.get("response", {}).get("speech", {}).get("plain", {}).get("speech", "")
+    async with connected_pipeline(hass, server, wire) as (pipeline, satellite):
+        state = hass.states.get(satellite)
+        _, _, text = clip()
+        # the satellite's microphone says the clip once; HA's run, once over
+        events, began = await one_run(hass, pipeline.id, "ha", "kitchen", satellite)
+        heard, reply = heard_of(events), reply_of(events)
         errors = [e.data for e in events if str(e.type) == "error"]
-        await until(lambda: hass.states.get(satellite).state == "idle", "satellite idle again")
         rate, seconds = await until(lambda: played(out), "reply audio played")
         to_server = [
             (k, data) for way, _, port, k, data in wire if (way, port) == ("out", SERVER_PORT)
@@ -414,9 +432,6 @@ async def test_pipeline_through_our_satellite(
             assert "context" not in turn, turn
             assert "synthesize" in to_server_kinds, to_server_kinds
             assert "synthesize-start" not in to_server_kinds, to_server_kinds
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 def reads_error_events() -> bool:
@@ -442,22 +457,7 @@ async def test_refused_turn_per_version(hass: HomeAssistant, server: dict[str, s
 
 async def test_refused_audio_per_version(hass: HomeAssistant, server: dict[str, str]) -> None:
     """61 s of audio, over our 60 s limit: `error` (audio-too-long), then an empty transcript."""
-    entity = stt.async_get_speech_to_text_entity(hass, server["stt"])
-    assert entity is not None
-    metadata = stt.SpeechMetadata(
-        language="en",
-        format=stt.AudioFormats.WAV,
-        codec=stt.AudioCodecs.PCM,
-        bit_rate=stt.AudioBitRates.BITRATE_16,
-        sample_rate=stt.AudioSampleRates.SAMPLERATE_16000,
-        channel=stt.AudioChannels.CHANNEL_MONO,
-    )
-
-    async def chunks() -> AsyncIterator[bytes]:
-        for _ in range(61 * 16000 * 2 // 2048):
-            yield bytes(2048)
-
-    result = await entity.internal_async_process_audio_stream(metadata, chunks())
+    result = await transcribe(hass, server, 16000, bytes(61 * 16000 * 2))
     record("refused-audio", result=str(result.result), text=result.text)
     if reads_error_events():
         assert result.result == stt.SpeechResultState.ERROR, result
@@ -477,11 +477,9 @@ async def test_announcement_on_our_satellite(
     call returns."""
     client = await hass_client_no_auth()  # HA's http app on a loopback port, for ffmpeg
     hass.config.internal_url = f"http://127.0.0.1:{client.server.port}"
-    await our_pipeline(hass, server)
     out = fresh_speaker()
-    entry, satellite = await connected(hass, wire)
-    text = "The washing machine has finished, and the laundry is ready."
-    try:
+    async with connected_pipeline(hass, server, wire) as (_, satellite):
+        text = "The washing machine has finished, and the laundry is ready."
         began = time.monotonic()
         async with asyncio.timeout(WAIT):
             await hass.services.async_call(
@@ -513,9 +511,6 @@ async def test_announcement_on_our_satellite(
         assert len(text) / 30 < seconds < len(text) / 5 + 3.0, seconds
         # Our `played` reached HA (whether in HA's window is a matter of the load: printed).
         assert played_at >= start, seen
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 class Mark:
@@ -566,26 +561,17 @@ async def test_follow_plays_our_reply(
     once, before HA's copy had come, and saw no drop)."""
     if not FOLLOW_PORT:
         pytest.skip("PIVOICE_FOLLOW_PORT is not set")
-    pipeline = await our_pipeline(hass, server)
     out = fresh_speaker("follow")
     log = Mark(RUN / "follow.log")
     server_log = Mark(RUN / "server.log")
-    entry, satellite = await connected(hass, wire, FOLLOW_PORT)
 
     def ha_sent(kind: str) -> int:
         return sum(1 for w, _, p, k, _ in wire if (w, p, k) == ("out", FOLLOW_PORT, kind))
 
-    try:
-        began = time.monotonic()
-        say("follow")
-        done = await until(
-            lambda: [e for e in run_events(hass, pipeline.id) if ended(e)], "finished run"
-        )
-        events = done[0]
-        heard = event_data(events, "stt-end").get("stt_output", {}).get("text", "")
-        intent = event_data(events, "intent-end").get("intent_output", {})
-        reply = intent.get("response", {}).get("speech", {}).get("plain", {}).get("speech", "")
-        await until(lambda: hass.states.get(satellite).state == "idle", "satellite idle again")
+    async with connected_pipeline(hass, server, wire, FOLLOW_PORT) as (pipeline, satellite):
+        # the satellite's microphone says the clip once; HA's run, once over
+        events, began = await one_run(hass, pipeline.id, "follow", "kitchen", satellite)
+        heard, reply = heard_of(events), reply_of(events)
         rate, seconds = await until(lambda: played(out), "reply audio played")
         # HA's copy of the reply: its audio-start … audio-stop to the satellite, once our
         # server lets HA's TTS request go.
@@ -617,9 +603,6 @@ async def test_follow_plays_our_reply(
         assert len(wavs) == 1, wavs
         # Kept for the outer test (later tests empty the speaker's folder): it transcribes it.
         shutil.copy(wavs[0], RUN / "followed-reply.wav")
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 # ---- what issue #21 checks: prefer-local, first sound, barge-in, timer, stall, rhasspy ---------
@@ -670,12 +653,7 @@ async def test_prefer_local_with_follow(
     if not FOLLOW_PORT:
         pytest.skip("PIVOICE_FOLLOW_PORT is not set")
     light = await kitchen_lights(hass)
-    pipeline = await our_pipeline(hass, server)
-    await async_update_pipeline(hass, pipeline, prefer_local_intents=True)
-    pipeline = async_get_pipeline(hass, pipeline.id)
-    assert pipeline.prefer_local_intents
     out = fresh_speaker("follow")
-    entry, satellite = await connected(hass, wire, FOLLOW_PORT)
 
     def turns_to_server(after: float) -> list[str]:
         return [
@@ -684,7 +662,10 @@ async def test_prefer_local_with_follow(
             if (w, port, k) == ("out", SERVER_PORT, "transcript") and t >= after
         ]
 
-    try:
+    async with connected_pipeline(hass, server, wire, FOLLOW_PORT, prefer_local=True) as (
+        pipeline,
+        satellite,
+    ):
         log, server_log = Mark(RUN / "follow.log"), Mark(RUN / "server.log")
         events, began = await one_run(hass, pipeline.id, "follow", "kitchen", satellite)
         local = {
@@ -720,9 +701,6 @@ async def test_prefer_local_with_follow(
         assert len(ours["to_our_agent"]) == 1, ours  # our LLM had this one
         assert len(words(ours["reply"])) >= 2, ours
         assert ours["ours_played"], ours
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 async def standalone_turn(clip_name: str) -> dict[str, Any]:
@@ -747,11 +725,9 @@ async def test_first_sound_follow_vs_standalone(
     the follower played our reply and the words it heard, never the time."""
     if not FOLLOW_PORT:
         pytest.skip("PIVOICE_FOLLOW_PORT is not set")
-    pipeline = await our_pipeline(hass, server)
-    entry, satellite = await connected(hass, wire, FOLLOW_PORT)
-    timing = RUN / "out-follow" / "timing.jsonl"
-    rows = []
-    try:
+    async with connected_pipeline(hass, server, wire, FOLLOW_PORT) as (pipeline, satellite):
+        timing = RUN / "out-follow" / "timing.jsonl"
+        rows = []
         for name in ("paris", "moon") * ROUNDS:
             alone = await standalone_turn(name)
             # HA's TTS cache would serve a repeated reply at once, and the follower then plays
@@ -778,9 +754,6 @@ async def test_first_sound_follow_vs_standalone(
         for row in rows:
             assert words(clip(row["clip"])[2]) - {"is", "the"} <= words(row["heard"]), row
             assert row["ours_played"], row
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 async def test_barge_in_over_a_reply(
@@ -788,11 +761,9 @@ async def test_barge_in_over_a_reply(
 ) -> None:
     """Speech over HA's reply on our satellite stops it and starts a new pipeline run with the
     words spoken: `played` for the cut reply, then `run-pipeline`, whose STT has the words."""
-    pipeline = await our_pipeline(hass, server)
     out = fresh_speaker("ha")
-    entry, satellite = await connected(hass, wire)
-    log = Mark(RUN / "ha.log")
-    try:
+    async with connected_pipeline(hass, server, wire) as (pipeline, satellite):
+        log = Mark(RUN / "ha.log")
         before = len(run_events(hass, pipeline.id))
         asked = say("ha", "moon")
         reply_at = await until(
@@ -839,9 +810,6 @@ async def test_barge_in_over_a_reply(
         # The words spoken over the reply (tiny.en once heard "…kitchen light sleeves").
         assert "kitchen" in words(seen["heard"]), seen
         assert cut_s < len(first) / 30 + 1.0 or len(first) < 60, seen  # cut short
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 async def test_timer_rings_until_stop(
@@ -853,12 +821,10 @@ async def test_timer_rings_until_stop(
     from homeassistant.helpers import intent
 
     assert await async_setup_component(hass, "intent", {})
-    pipeline = await our_pipeline(hass, server)
     out = fresh_speaker("ha")
-    entry, satellite = await connected(hass, wire)
-    device_id = er.async_get(hass).async_get(satellite).device_id
-    log = Mark(RUN / "ha.log")
-    try:
+    async with connected_pipeline(hass, server, wire) as (pipeline, satellite):
+        device_id = er.async_get(hass).async_get(satellite).device_id
+        log = Mark(RUN / "ha.log")
         before = len(run_events(hass, pipeline.id))
         await intent.async_handle(
             hass, "test", intent.INTENT_START_TIMER, {"seconds": {"value": 1}},
@@ -903,9 +869,6 @@ async def test_timer_rings_until_stop(
             "8 more pings from our satellite",
         )
         assert len(list(out.glob("*.wav"))) == rings, "the timer rang on after the stop"
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 async def test_mic_stall_then_on_time(
@@ -917,9 +880,7 @@ async def test_mic_stall_then_on_time(
     pid = int(PIDS.get("ha", "0"))
     if not pid:
         pytest.skip("PIVOICE_PIDS has no ha=PID")
-    pipeline = await our_pipeline(hass, server)
-    entry, satellite = await connected(hass, wire)
-    try:
+    async with connected_pipeline(hass, server, wire) as (pipeline, satellite):
         gaps, heard = [], []
         for stall in (False, True):
             if stall:
@@ -942,9 +903,6 @@ async def test_mic_stall_then_on_time(
         for text in heard:
             assert {"kitchen", "lights"} <= words(text), seen
         assert None not in gaps, seen
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 async def test_rhasspy_side_by_side(
@@ -956,11 +914,9 @@ async def test_rhasspy_side_by_side(
     fires as the clip begins; HA's VAD then ends the request, ours ends it itself."""
     if not RHASSPY_PORT:
         pytest.skip("no rhasspy wyoming-satellite (script/ha-real build makes it)")
-    pipeline = await our_pipeline(hass, server)
     rows = {}
     for name, port in (("rhasspy", RHASSPY_PORT), ("ha", SATELLITE_PORT)):
-        entry, satellite = await connected(hass, wire, port)
-        try:
+        async with connected_pipeline(hass, server, wire, port) as (pipeline, satellite):
             events, began = await one_run(hass, pipeline.id, name, "kitchen", satellite)
             audio = first_on_wire(wire, "out", port, "audio-chunk", began)
             stop = first_on_wire(wire, "in", port, "audio-stop", began)
@@ -970,9 +926,6 @@ async def test_rhasspy_side_by_side(
                 "said_to_audio_stop_ms": None if stop is None else round((stop - began) * 1000),
                 "events": [str(e.type) for e in events], "load": os.getloadavg()[0],
             }  # fmt: skip
-        finally:
-            assert await hass.config_entries.async_unload(entry.entry_id)
-            await hass.async_block_till_done()
     record("rhasspy", satellites=rows)
     print("side by side", rows)
     for name, row in rows.items():
