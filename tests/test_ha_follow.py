@@ -170,8 +170,10 @@ class Scripted:
         return output
 
 
-async def _speculation(hub: FollowHub, f: Follower, services: Scripted) -> follow.Speculation:
-    hub.speculate(f, b"\x01\x00" * 1600, services, "satellite-host")  # type: ignore[arg-type]
+async def _speculation(
+    hub: FollowHub, f: Follower, services: Scripted, data: dict[str, Any] | None = None
+) -> follow.Speculation:
+    hub.speculate(f, b"\x01\x00" * 1600, services, "satellite-host", data)  # type: ignore[arg-type]
     spec = f.speculation
     assert spec is not None and spec.task is not None
     while not spec.pieces:  # the first piece is written; the second waits for `release`
@@ -263,6 +265,11 @@ async def test_the_next_speculation_guesses_the_conversation_ha_keeps() -> None:
     hub.turn("And Berlin?", {"satellite_id": KITCHEN}, key=two).close("In Germany.")
     await _speculation(hub, kitchen, services)
     assert services.asked[-1] == ([("And Berlin?", "In Germany.")], "And Berlin?")
+    # HA (re)connected to the satellite and no turn of it has come since (`fresh`): HA's
+    # entity starts a new conversation (the real HA 2026.10, a new HA per test: the first
+    # turn missed the speculation asked in the last conversation's history).
+    await _speculation(hub, kitchen, services, {"fresh": True})
+    assert services.asked[-1] == ([], "And Berlin?")
     # Three joined turns in three conversations: a client that starts one per turn.
     hub.heard(kitchen, {"text": "and berlin"})
     three = store.key("ha-host", "conversation-three")
@@ -325,6 +332,37 @@ async def test_the_satellite_plays_a_held_reply_only_once_released(
     with contextlib.suppress(asyncio.CancelledError):
         await task  # its synthesis is over, and hands nothing on
     assert calls == [] and f._outbox.empty()
+
+
+async def test_the_satellite_says_when_no_turn_came_since_ha_connected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`pivoice-speculate{fresh}` from HA's (re)connection until our server joins a turn of
+    ours (held or not): the server then guesses a new conversation (server/follow.py)."""
+    monkeypatch.setattr(satellite_follow, "StreamingSynthesizer", Voice)
+    f = satellite_follow.Follow(
+        "tcp://127.0.0.1:1", KITCHEN, 10, on_joined=lambda: False, on_audio=lambda piece: None,
+        on_text=lambda text: None, on_done=lambda: None, clock=lambda: None,
+    )  # fmt: skip
+    f.connected = True
+
+    def speculated() -> dict[str, Any]:
+        while not f._outbox.empty():  # what a join said back (pivoice-spoken): not this test's
+            f._outbox.get_nowait()
+        f.speculate(b"\x00\x00" * 160)
+        event = f._outbox.get_nowait()
+        assert event.type == follow.SPECULATE and event.payload
+        return dict(event.data)
+
+    assert speculated() == {"fresh": True}  # a new satellite: HA has just connected
+    f._received(Event(follow.REPLY_START, {"text": "Where is Paris?"}))  # a turn joined
+    assert speculated() == {}
+    f.ha_connected()
+    assert speculated() == {"fresh": True}
+    f._received(Event(follow.REPLY_START, {"text": "Hi", "speculated": True, "held": True}))
+    assert speculated() == {"fresh": True}  # held: not yet a turn of ours
+    f._received(Event(follow.REPLY_RELEASE, {}))  # not this run's (on_joined): discarded
+    assert speculated() == {} and f._speaking is None
 
 
 async def _followed(sat: AsyncTcpClient) -> tuple[list[str], Event]:

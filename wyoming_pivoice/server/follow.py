@@ -9,7 +9,8 @@ that follows keeps one connection here:
 
     satellite → server  pivoice-follow {satellite_id}   once: who it is in HA
     satellite → server  pivoice-heard {text}            each transcript HA sent it
-    satellite → server  pivoice-speculate <audio>       its utterance at its speculative endpoint
+    satellite → server  pivoice-speculate {fresh?} <audio>  its utterance at its speculative
+                                                        endpoint (fresh: no turn since HA connected)
     satellite → server  pivoice-void                    …of no use (speech resumed, HA answered)
     server → satellite  pivoice-reply-start {text}      a turn of its joined to it, then
                         handled-chunk* and handled {text} (or pivoice-reply-failed)
@@ -325,16 +326,23 @@ class FollowHub:
     # ---- speculation -----------------------------------------------------------------------
 
     def speculate(
-        self, follower: Follower, audio: bytes | None, services: Services, host: str
+        self,
+        follower: Follower,
+        audio: bytes | None,
+        services: Services,
+        host: str,
+        data: dict[str, Any] | None = None,
     ) -> None:
-        """The follower's utterance so far: transcribe it and start the reply to its words."""
+        """The follower's utterance so far: transcribe it and start the reply to its words.
+        `data["fresh"]`: no turn of its has come since HA (re)connected to it (_guess)."""
         self.void(follower)
         if follower not in self.followers or not audio or len(audio) > MAX_SPECULATION_BYTES:
             return
         if services.conversations.notes is not None:
             return  # --knowledge: notes enter the prompt; not proven the same, so not guessed
         spec = follower.speculation = Speculation(follower, time.monotonic())
-        spec.task = asyncio.create_task(self._speculate(spec, audio, services, host))
+        fresh = bool((data or {}).get("fresh"))
+        spec.task = asyncio.create_task(self._speculate(spec, audio, services, host, fresh))
         asyncio.get_running_loop().call_later(SPECULATION_S, self._expire_speculation, spec)
 
     def void(self, follower: Follower) -> None:
@@ -348,19 +356,23 @@ class FollowHub:
         if not spec.claimed and spec.follower.speculation is spec:
             self.void(spec.follower)
 
-    def _guess(self, follower: Follower) -> Hashable | None:
+    def _guess(self, follower: Follower, fresh: bool = False) -> Hashable | None:
         """The conversation the follower's next turn will likely be in: HA keeps a satellite's
         conversation id for five minutes, so the last turn's, a new one's too (guessing an
         empty history there missed the second turn of every new HA conversation against the
         real HA 2026.10); only when its last three turns came in three conversations (a client
-        that starts one per turn; HA does not) a new one."""
+        that starts one per turn; HA does not) a new one. A new one too when the satellite says
+        no turn of its came since HA (re)connected (`fresh`): HA's satellite entity starts with
+        no conversation (a restart, a reload of its entry), and the last turn's history guessed
+        there missed the first turn of each new HA against the real HA 2026.10. (A reconnect
+        that kept HA's entity costs one unspeculated turn: the claim checks the history.)"""
         keys = follower.keys
-        if not keys or (len(keys) == 3 and len(set(keys)) == 3):
+        if fresh or not keys or (len(keys) == 3 and len(set(keys)) == 3):
             return None
         return keys[-1]
 
     async def _speculate(
-        self, spec: Speculation, audio: bytes, services: Services, host: str
+        self, spec: Speculation, audio: bytes, services: Services, host: str, fresh: bool
     ) -> None:
         try:
             # The same conversion and model as a transcribe request (transcribe.py).
@@ -374,7 +386,7 @@ class FollowHub:
             text = " ".join(parts).strip()
             if not text:
                 return
-            key = self._guess(spec.follower)
+            key = self._guess(spec.follower, fresh)
             spec.earlier = services.conversations.earlier(key)
             spec.announce(text)
             start = time.monotonic()
