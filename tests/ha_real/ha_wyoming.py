@@ -60,6 +60,8 @@ PIDS = dict(item.split("=") for item in os.environ.get("PIVOICE_PIDS", "").split
 ROUNDS = int(os.environ.get("PIVOICE_HA_ROUNDS", "1"))  # first-sound rounds per question
 # s into HA's reply that the barge-in's words begin (2025.4.4, 0.3 s: never heard, see docs)
 BARGE_IN_AFTER = float(os.environ.get("PIVOICE_HA_BARGE_IN_AFTER", "2.0"))
+BARGE_INS = int(os.environ.get("PIVOICE_HA_BARGE_INS", "1"))  # barge-ins in a row
+MISS_S = 30.0  # s after the words with no run-pipeline: the barge-in was missed
 RUN = Path(os.environ.get("PIVOICE_RUN", "/pivoice-run"))
 HOST = "127.0.0.1"
 WAIT = float(os.environ.get("PIVOICE_HA_WAIT", "240"))  # s: our models on a loaded machine
@@ -496,6 +498,9 @@ async def test_announcement_on_our_satellite(
         )
         start = first_on_wire(wire, "out", SATELLITE_PORT, "audio-start", began) or began
         stop = first_on_wire(wire, "out", SATELLITE_PORT, "audio-stop", began) or began
+        # HA sends audio-start before it has audio: ffmpeg fetches the message from HA's TTS
+        # (our server synthesizes it then), so the first chunk is where playing can begin.
+        first = first_on_wire(wire, "out", SATELLITE_PORT, "audio-chunk", began) or start
         no_played = "Did not receive played event" in caplog.text
         seen = {
             "text": text, "played_rate": rate, "played_seconds": seconds,
@@ -504,6 +509,11 @@ async def test_announcement_on_our_satellite(
             # which it sends as soon as ffmpeg is done (unpaced); our speaker plays at its pace.
             "ha_sent_all_after_ms": round((stop - start) * 1000),
             "played_after_audio_start_ms": round((played_at - start) * 1000),
+            "first_chunk_after_audio_start_ms": round((first - start) * 1000),
+            # HA's window for `played`, after its audio-start, and what our `played` took
+            # beyond playing the audio out from its first chunk (start-up, pace, the send).
+            "ha_window_ms": round((stop - start + seconds + 0.5) * 1000),
+            "played_over_audio_ms": round((played_at - first - seconds) * 1000),
             "load": os.getloadavg()[0],
         }  # fmt: skip
         record("announce", **seen)
@@ -760,56 +770,81 @@ async def test_barge_in_over_a_reply(
     hass: HomeAssistant, server: dict[str, str], wire: Wire
 ) -> None:
     """Speech over HA's reply on our satellite stops it and starts a new pipeline run with the
-    words spoken: `played` for the cut reply, then `run-pipeline`, whose STT has the words."""
-    out = fresh_speaker("ha")
+    words spoken: `played` for the cut reply, then `run-pipeline`, whose STT has the words.
+    BARGE_INS times (#21: detected ≥ 90 %, the new run within 300 ms of the voice)."""
     async with connected_pipeline(hass, server, wire) as (pipeline, satellite):
-        log = Mark(RUN / "ha.log")
-        before = len(run_events(hass, pipeline.id))
-        asked = say("ha", "moon")
-        reply_at = await until(
-            lambda: first_on_wire(wire, "out", SATELLITE_PORT, "audio-chunk", asked),
-            "HA's reply audio on our satellite",
-        )
-        # The user speaks BARGE_IN_AFTER s into the reply (it plays at the speaker's pace from
-        # its first chunk): the scenario's timing, not a wait for a state.
-        await asyncio.sleep(max(0.0, reply_at + BARGE_IN_AFTER - time.monotonic()))
-        spoke = say("ha", "kitchen")
-        runs = await until(
-            lambda: (
-                (r := [e for e in run_events(hass, pipeline.id)[before:] if ended(e)])
-                and len(r) >= 2
-                and r
-            ),
-            "the run the barge-in started",
-        )
-        await until(lambda: hass.states.get(satellite).state == "idle", "satellite idle again")
-        text = log.new()
-        spoke = said_at("ha", spoke) or spoke  # when the mic began the clip
-        run_at = first_on_wire(wire, "in", SATELLITE_PORT, "run-pipeline", spoke)
-        played_at = first_on_wire(wire, "in", SATELLITE_PORT, "played", spoke)
-        first = reply_of(runs[0])
-        wavs = sorted(out.glob("*.wav"))
-        with contextlib.suppress(EOFError, wave.Error), wave.open(str(wavs[0]), "rb") as wav:
-            cut_s = wav.getnframes() / wav.getframerate()
-        # The clip has 0.3 s of silence before the voice; the mic's chunk adds < 32 ms.
-        seen = {
-            "first_reply": first, "cut_after_s": cut_s, "heard": heard_of(runs[1]),
-            "barge_in_logged": "Barge-in over the reply" in text,
-            "played_before_run": played_at is not None and run_at is not None
-            and played_at <= run_at,
-            "voice_to_run_pipeline_ms": None if run_at is None
-            else round((run_at - spoke - 0.3) * 1000),
-            "reply_audio_to_voice_ms": round((spoke + 0.3 - reply_at) * 1000),
-            "load": os.getloadavg()[0],
-        }  # fmt: skip
-        record("barge-in", **seen)
-        print("barge-in", seen)
-        assert seen["barge_in_logged"], text[-3000:]
-        assert run_at is not None, "no run-pipeline from our satellite after the speech"
+        rows = [await barge_in_once(hass, pipeline.id, satellite, wire) for _ in range(BARGE_INS)]
+    record("barge-in", **rows[0], attempts=rows)
+    detected = [row for row in rows if row["run_pipeline"]]
+    assert len(detected) >= 0.9 * len(rows), rows
+    for seen in detected:
+        assert seen["barge_in_logged"], seen
         assert seen["played_before_run"], seen
         # The words spoken over the reply (tiny.en once heard "…kitchen light sleeves").
         assert "kitchen" in words(seen["heard"]), seen
-        assert cut_s < len(first) / 30 + 1.0 or len(first) < 60, seen  # cut short
+        first = seen["first_reply"]
+        assert seen["cut_after_s"] < len(first) / 30 + 1.0 or len(first) < 60, seen  # cut short
+
+
+async def barge_in_once(
+    hass: HomeAssistant, pipeline_id: str, satellite: str, wire: Wire
+) -> dict[str, Any]:
+    """One question ("Tell me about the moon.") and, BARGE_IN_AFTER s into HA's reply, "Turn on
+    the kitchen lights please." over it: what HA and our satellite did (a miss: no run-pipeline
+    within MISS_S of the words, the reply played on)."""
+    out = fresh_speaker("ha")
+    log = Mark(RUN / "ha.log")
+    before = len(run_events(hass, pipeline_id))
+    asked = say("ha", "moon")
+    reply_at = await until(
+        lambda: first_on_wire(wire, "out", SATELLITE_PORT, "audio-chunk", asked),
+        "HA's reply audio on our satellite",
+    )
+    # The user speaks BARGE_IN_AFTER s into the reply (it plays at the speaker's pace from its
+    # first chunk): the scenario's timing, not a wait for a state.
+    await asyncio.sleep(max(0.0, reply_at + BARGE_IN_AFTER - time.monotonic()))
+    spoke = say("ha", "kitchen")
+    with contextlib.suppress(AssertionError):  # a miss: recorded, judged by the test
+        await until(
+            lambda: first_on_wire(wire, "in", SATELLITE_PORT, "run-pipeline", spoke),
+            "run-pipeline after the words over the reply",
+            MISS_S,
+        )
+    spoke = said_at("ha", spoke) or spoke  # when the mic began the clip
+    run_at = first_on_wire(wire, "in", SATELLITE_PORT, "run-pipeline", spoke)
+    runs = await until(
+        lambda: (
+            (r := [e for e in run_events(hass, pipeline_id)[before:] if ended(e)])
+            and len(r) >= (1 if run_at is None else 2)
+            and r
+        ),
+        "the runs ended",
+    )
+    await until(lambda: hass.states.get(satellite).state == "idle", "satellite idle again")
+    text = log.new()
+    played_at = first_on_wire(wire, "in", SATELLITE_PORT, "played", spoke)
+    wavs = sorted(out.glob("*.wav"))
+    cut_s = None
+    with (
+        contextlib.suppress(EOFError, wave.Error, IndexError),
+        wave.open(str(wavs[0]), "rb") as wav,
+    ):
+        cut_s = wav.getnframes() / wav.getframerate()
+    # The clip has 0.3 s of silence before the voice; the mic's chunk adds < 32 ms.
+    seen = {
+        "first_reply": reply_of(runs[0]), "cut_after_s": cut_s,
+        "heard": heard_of(runs[1]) if len(runs) > 1 else "",
+        "run_pipeline": run_at is not None,
+        "barge_in_logged": "Barge-in over the reply" in text,
+        "played_before_run": played_at is not None and run_at is not None
+        and played_at <= run_at,
+        "voice_to_run_pipeline_ms": None if run_at is None
+        else round((run_at - spoke - 0.3) * 1000),
+        "reply_audio_to_voice_ms": round((spoke + 0.3 - reply_at) * 1000),
+        "load": os.getloadavg()[0],
+    }  # fmt: skip
+    print("barge-in", seen)
+    return seen
 
 
 async def test_timer_rings_until_stop(
