@@ -287,10 +287,15 @@ def fresh_speaker(satellite: str = "ha") -> Path:
     return out
 
 
+def wav_files(out: Path) -> list[Path]:
+    """The satellite's WAVs in the order it wrote them (reply-2.wav before reply-10.wav)."""
+    return sorted(out.glob("*.wav"), key=lambda path: (len(path.name), path.name))
+
+
 def played(out: Path) -> tuple[int, float] | None:
     """(rate, seconds) of the first WAV our satellite wrote, once it is closed (a WAV being
     written says 0 frames in its header until then)."""
-    for path in sorted(out.glob("*.wav")):
+    for path in wav_files(out):
         with contextlib.suppress(EOFError, wave.Error), wave.open(str(path), "rb") as wav:
             if wav.getnframes():
                 return wav.getframerate(), wav.getnframes() / wav.getframerate()
@@ -395,6 +400,9 @@ async def test_pipeline_through_our_satellite(
         events, began = await one_run(hass, pipeline.id, "ha", "kitchen", satellite)
         heard, reply = heard_of(events), reply_of(events)
         errors = [e.data for e in events if str(e.type) == "error"]
+        # HA may call the satellite idle before the reply has played (its TTS timeout, when its
+        # audio came slower than real time: load 16, 1.25 s of a 4 s reply read): our `played`.
+        await until(lambda: first_on_wire(wire, "in", SATELLITE_PORT, "played", began), "played")
         rate, seconds = await until(lambda: played(out), "reply audio played")
         to_server = [
             (k, data) for way, _, port, k, data in wire if (way, port) == ("out", SERVER_PORT)
@@ -582,6 +590,7 @@ async def test_follow_plays_our_reply(
         # the satellite's microphone says the clip once; HA's run, once over
         events, began = await one_run(hass, pipeline.id, "follow", "kitchen", satellite)
         heard, reply = heard_of(events), reply_of(events)
+        await until(lambda: first_on_wire(wire, "in", FOLLOW_PORT, "played", began), "played")
         rate, seconds = await until(lambda: played(out), "reply audio played")
         # HA's copy of the reply: its audio-start … audio-stop to the satellite, once our
         # server lets HA's TTS request go.
@@ -592,7 +601,7 @@ async def test_follow_plays_our_reply(
         text = log.new()
         dropped = drop_line in text
         ours = "Playing our server's reply to this turn (followed)" in text
-        wavs = sorted(out.glob("*.wav"))
+        wavs = wav_files(out)
         joined = re.findall(r"Turn .* joined to .*", server_log.new())
         record(
             "follow", satellite=satellite, heard=heard, reply=reply, played_rate=rate,
@@ -823,7 +832,7 @@ async def barge_in_once(
     await until(lambda: hass.states.get(satellite).state == "idle", "satellite idle again")
     text = log.new()
     played_at = first_on_wire(wire, "in", SATELLITE_PORT, "played", spoke)
-    wavs = sorted(out.glob("*.wav"))
+    wavs = wav_files(out)
     cut_s = None
     with (
         contextlib.suppress(EOFError, wave.Error, IndexError),
