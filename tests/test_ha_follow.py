@@ -170,8 +170,10 @@ class Scripted:
         return output
 
 
-async def _speculation(hub: FollowHub, f: Follower, services: Scripted) -> follow.Speculation:
-    hub.speculate(f, b"\x01\x00" * 1600, services, "satellite-host")  # type: ignore[arg-type]
+async def _speculation(
+    hub: FollowHub, f: Follower, services: Scripted, data: dict[str, Any] | None = None
+) -> follow.Speculation:
+    hub.speculate(f, b"\x01\x00" * 1600, services, "satellite-host", data)  # type: ignore[arg-type]
     spec = f.speculation
     assert spec is not None and spec.task is not None
     while not spec.pieces:  # the first piece is written; the second waits for `release`
@@ -244,31 +246,41 @@ async def test_a_speculation_answers_only_the_turn_with_its_very_prompt() -> Non
 async def test_the_next_speculation_guesses_the_conversation_ha_keeps() -> None:
     """HA keeps a satellite's conversation five minutes: the speculation is asked in the last
     joined turn's history, a new conversation's too; a client that started a conversation for
-    each of three turns gets an empty one."""
+    each of three turns while the last one was kept gets an empty one, a user whose turns come
+    minutes apart (a new HA conversation each) does not; nor does a new HA (`fresh`)."""
     hub = FollowHub()
     kitchen, _ = follower(KITCHEN)
     hub.follow(kitchen, {"satellite_id": KITCHEN})
     services = Scripted("And Berlin?")
     store = services.conversations
-    one = store.key("ha-host", "conversation-one")
-    store.record(one, "Where is Paris?", "In France.")
-    hub.heard(kitchen, {"text": "where is paris"})
-    hub.turn("Where is Paris?", {"satellite_id": KITCHEN}, key=one).close("In France.")
-    await _speculation(hub, kitchen, services)
-    assert services.asked[-1] == ([("Where is Paris?", "In France.")], "And Berlin?")
-    # HA started a new conversation (five minutes idle): the next turn is guessed in it.
-    hub.heard(kitchen, {"text": "and berlin"})
-    two = store.key("ha-host", "conversation-two")
-    store.record(two, "And Berlin?", "In Germany.")
-    hub.turn("And Berlin?", {"satellite_id": KITCHEN}, key=two).close("In Germany.")
-    await _speculation(hub, kitchen, services)
-    assert services.asked[-1] == ([("And Berlin?", "In Germany.")], "And Berlin?")
-    # Three joined turns in three conversations: a client that starts one per turn.
-    hub.heard(kitchen, {"text": "and berlin"})
-    three = store.key("ha-host", "conversation-three")
-    hub.turn("And Berlin?", {"satellite_id": KITCHEN}, key=three).close("In Germany.")
-    await _speculation(hub, kitchen, services)
-    assert services.asked[-1] == ([], "And Berlin?")
+
+    async def joined_then_guessed(name: str, at: float, data: dict[str, Any] | None = None) -> Any:
+        """A turn of conversation `name` at `at` joined; then what the next speculation is
+        asked with."""
+        key = store.key("ha-host", f"conversation-{name}")
+        store.record(key, f"Turn {name}?", f"Reply {name}.")
+        hub.heard(kitchen, {"text": f"turn {name}"}, now=at)
+        hub.turn(f"Turn {name}?", {"satellite_id": KITCHEN}, now=at, key=key).close("Reply.")
+        await _speculation(hub, kitchen, services, data)
+        return services.asked[-1][0]
+
+    assert await joined_then_guessed("one", 0.0) == [("Turn one?", "Reply one.")]
+    # HA started a new conversation: the next turn is guessed in it.
+    assert await joined_then_guessed("two", 10.0) == [("Turn two?", "Reply two.")]
+    # Three joined turns in three conversations within HA's five minutes: a client that
+    # starts one per turn.
+    assert await joined_then_guessed("three", 20.0) == []
+    # HA (re)connected to the satellite and no turn of it has come since (`fresh`): HA's entity
+    # starts a new conversation (the real HA 2026.10, a new HA per test: the first turn missed
+    # the speculation asked in the last conversation's history) …
+    await _speculation(hub, kitchen, services, {"fresh": True})
+    assert services.asked[-1][0] == []
+    # … and its turn in a conversation of its own is no client's new one per turn.
+    assert await joined_then_guessed("four", 30.0) == [("Turn four?", "Reply four.")]
+    # A user's turns minutes apart: each a new HA conversation (HA's had expired), each one's
+    # follow-up guessed in it (session 13's rule guessed an empty one from the third on).
+    for n, at in (("five", 400.0), ("six", 800.0), ("seven", 1200.0)):
+        assert await joined_then_guessed(n, at) == [(f"Turn {n}?", f"Reply {n}.")]
     hub.leave(kitchen)
 
 
@@ -325,6 +337,37 @@ async def test_the_satellite_plays_a_held_reply_only_once_released(
     with contextlib.suppress(asyncio.CancelledError):
         await task  # its synthesis is over, and hands nothing on
     assert calls == [] and f._outbox.empty()
+
+
+async def test_the_satellite_says_when_no_turn_came_since_ha_connected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`pivoice-speculate{fresh}` from HA's (re)connection until our server joins a turn of
+    ours (held or not): the server then guesses a new conversation (server/follow.py)."""
+    monkeypatch.setattr(satellite_follow, "StreamingSynthesizer", Voice)
+    f = satellite_follow.Follow(
+        "tcp://127.0.0.1:1", KITCHEN, 10, on_joined=lambda: False, on_audio=lambda piece: None,
+        on_text=lambda text: None, on_done=lambda: None, clock=lambda: None,
+    )  # fmt: skip
+    f.connected = True
+
+    def speculated() -> dict[str, Any]:
+        while not f._outbox.empty():  # what a join said back (pivoice-spoken): not this test's
+            f._outbox.get_nowait()
+        f.speculate(b"\x00\x00" * 160)
+        event = f._outbox.get_nowait()
+        assert event.type == follow.SPECULATE and event.payload
+        return dict(event.data)
+
+    assert speculated() == {"fresh": True}  # a new satellite: HA has just connected
+    f._received(Event(follow.REPLY_START, {"text": "Where is Paris?"}))  # a turn joined
+    assert speculated() == {}
+    f.ha_connected()
+    assert speculated() == {"fresh": True}
+    f._received(Event(follow.REPLY_START, {"text": "Hi", "speculated": True, "held": True}))
+    assert speculated() == {"fresh": True}  # held: not yet a turn of ours
+    f._received(Event(follow.REPLY_RELEASE, {}))  # not this run's (on_joined): discarded
+    assert speculated() == {} and f._speaking is None
 
 
 async def _followed(sat: AsyncTcpClient) -> tuple[list[str], Event]:

@@ -60,6 +60,8 @@ PIDS = dict(item.split("=") for item in os.environ.get("PIVOICE_PIDS", "").split
 ROUNDS = int(os.environ.get("PIVOICE_HA_ROUNDS", "1"))  # first-sound rounds per question
 # s into HA's reply that the barge-in's words begin (2025.4.4, 0.3 s: never heard, see docs)
 BARGE_IN_AFTER = float(os.environ.get("PIVOICE_HA_BARGE_IN_AFTER", "2.0"))
+BARGE_INS = int(os.environ.get("PIVOICE_HA_BARGE_INS", "1"))  # barge-ins in a row
+MISS_S = 30.0  # s after the words with no run-pipeline: the barge-in was missed
 RUN = Path(os.environ.get("PIVOICE_RUN", "/pivoice-run"))
 HOST = "127.0.0.1"
 WAIT = float(os.environ.get("PIVOICE_HA_WAIT", "240"))  # s: our models on a loaded machine
@@ -171,8 +173,10 @@ async def test_config_flow_entities(server: dict[str, str]) -> None:
     assert {"stt", "tts", "conversation"} <= set(server), server
 
 
-async def test_stt_transcribes_a_real_clip(hass: HomeAssistant, server: dict[str, str]) -> None:
-    pcm, rate, text = clip()
+async def transcribe(
+    hass: HomeAssistant, server: dict[str, str], rate: int, pcm: bytes
+) -> stt.SpeechResult:
+    """Our STT entity, as HA's pipeline asks it: 16-bit mono PCM in HA's satellite chunks."""
     entity = stt.async_get_speech_to_text_entity(hass, server["stt"])
     assert entity is not None
     metadata = stt.SpeechMetadata(
@@ -188,8 +192,13 @@ async def test_stt_transcribes_a_real_clip(hass: HomeAssistant, server: dict[str
         for start in range(0, len(pcm), 2048):  # HA's satellite chunk size
             yield pcm[start : start + 2048]
 
+    return await entity.internal_async_process_audio_stream(metadata, chunks())
+
+
+async def test_stt_transcribes_a_real_clip(hass: HomeAssistant, server: dict[str, str]) -> None:
+    pcm, rate, text = clip()
     began = time.monotonic()
-    result = await entity.internal_async_process_audio_stream(metadata, chunks())
+    result = await transcribe(hass, server, rate, pcm)
     record("stt", said=text, heard=result.text, ms=round(1000 * (time.monotonic() - began)))
     assert result.result == stt.SpeechResultState.SUCCESS, result
     assert {"kitchen", "lights"} <= words(result.text or ""), (text, result.text)
@@ -278,34 +287,59 @@ def fresh_speaker(satellite: str = "ha") -> Path:
     return out
 
 
+def wav_files(out: Path) -> list[Path]:
+    """The satellite's WAVs in the order it wrote them (reply-2.wav before reply-10.wav)."""
+    return sorted(out.glob("*.wav"), key=lambda path: (len(path.name), path.name))
+
+
 def played(out: Path) -> tuple[int, float] | None:
     """(rate, seconds) of the first WAV our satellite wrote, once it is closed (a WAV being
     written says 0 frames in its header until then)."""
-    for path in sorted(out.glob("*.wav")):
+    for path in wav_files(out):
         with contextlib.suppress(EOFError, wave.Error), wave.open(str(path), "rb") as wav:
             if wav.getnframes():
                 return wav.getframerate(), wav.getnframes() / wav.getframerate()
     return None
 
 
-async def connected(
-    hass: HomeAssistant, wire: Wire, port: int = SATELLITE_PORT
-) -> tuple[config_entries.ConfigEntry, str]:
-    """Add our satellite; its entity id once HA's newest connection to it has had a `pong`
-    back. The entity says idle before that, and HA 2025.4 never closes the connection of an
+@contextlib.asynccontextmanager
+async def connected_pipeline(
+    hass: HomeAssistant,
+    server: dict[str, str],
+    wire: Wire,
+    port: int = SATELLITE_PORT,
+    prefer_local: bool = False,
+) -> AsyncIterator[tuple[Any, str]]:
+    """HA's preferred pipeline on our server (`our_pipeline`; *Prefer handling commands
+    locally* if `prefer_local`) and our satellite on `port` added to HA: (the pipeline, the
+    satellite's entity id) once HA's newest connection to it has had a `pong` back; the
+    satellite's entry is unloaded at the end, whatever the test did.
+
+    The entity says idle before the pong, and HA 2025.4 never closes the connection of an
     unloaded entry, so our satellite refuses the next one until the old one has been silent
-    for 6 s (satellite/ha_connection.py); HA retries and gets in then."""
+    for 6 s (satellite/ha/connection.py); HA retries and gets in then."""
+    pipeline = await our_pipeline(hass, server)
+    if prefer_local:
+        await async_update_pipeline(hass, pipeline, prefer_local_intents=True)
+        pipeline = async_get_pipeline(hass, pipeline.id)
+        assert pipeline.prefer_local_intents
     entry = await add_entry(hass, port)
-    satellite = entities(hass, entry).get("assist_satellite")
-    assert satellite, entities(hass, entry)
+    try:
+        satellite = entities(hass, entry).get("assist_satellite")
+        assert satellite, entities(hass, entry)
 
-    def accepted() -> bool:
-        ours = [c for way, c, p, _, _ in wire if (way, p) == ("out", port)]
-        return bool(ours) and ("in", ours[-1], "pong") in {(w, c, k) for w, c, _, k, _ in wire}
+        def accepted() -> bool:
+            ours = [c for way, c, p, _, _ in wire if (way, p) == ("out", port)]
+            return bool(ours) and ("in", ours[-1], "pong") in {(w, c, k) for w, c, _, k, _ in wire}
 
-    await until(accepted, "a pong from our satellite on HA's connection")
-    await until(lambda: (s := hass.states.get(satellite)) and s.state == "idle", "satellite idle")
-    return entry, satellite
+        await until(accepted, "a pong from our satellite on HA's connection")
+        await until(
+            lambda: (s := hass.states.get(satellite)) and s.state == "idle", "satellite idle"
+        )
+        yield pipeline, satellite
+    finally:
+        assert await hass.config_entries.async_unload(entry.entry_id)
+        await hass.async_block_till_done()
 
 
 Wire = list[tuple[str, int, int, str, dict[str, Any]]]
@@ -358,23 +392,17 @@ async def test_pipeline_through_our_satellite(
     """One Assist run as a user has it: our satellite hears the clip, HA runs its pipeline
     with our server as STT, agent and TTS, and our satellite plays HA's reply audio."""
     assert SATELLITE_PORT, "PIVOICE_SATELLITE_PORT is not set (run this through script/ha-real)"
-    pipeline = await our_pipeline(hass, server)
     out = fresh_speaker()
-    entry, satellite = await connected(hass, wire)
-    state = hass.states.get(satellite)
-    _, _, text = clip()
-    try:
-        began = time.monotonic()
-        say("ha")  # the satellite's microphone says the clip once
-        done = await until(
-            lambda: [e for e in run_events(hass, pipeline.id) if ended(e)], "finished run"
-        )
-        events = done[0]
-        heard = event_data(events, "stt-end").get("stt_output", {}).get("text", "")
-        intent = event_data(events, "intent-end").get("intent_output", {})
-        reply = intent.get("response", {}).get("speech", {}).get("plain", {}).get("speech", "")
+    async with connected_pipeline(hass, server, wire) as (pipeline, satellite):
+        state = hass.states.get(satellite)
+        _, _, text = clip()
+        # the satellite's microphone says the clip once; HA's run, once over
+        events, began = await one_run(hass, pipeline.id, "ha", "kitchen", satellite)
+        heard, reply = heard_of(events), reply_of(events)
         errors = [e.data for e in events if str(e.type) == "error"]
-        await until(lambda: hass.states.get(satellite).state == "idle", "satellite idle again")
+        # HA may call the satellite idle before the reply has played (its TTS timeout, when its
+        # audio came slower than real time: load 16, 1.25 s of a 4 s reply read): our `played`.
+        await until(lambda: first_on_wire(wire, "in", SATELLITE_PORT, "played", began), "played")
         rate, seconds = await until(lambda: played(out), "reply audio played")
         to_server = [
             (k, data) for way, _, port, k, data in wire if (way, port) == ("out", SERVER_PORT)
@@ -414,9 +442,6 @@ async def test_pipeline_through_our_satellite(
             assert "context" not in turn, turn
             assert "synthesize" in to_server_kinds, to_server_kinds
             assert "synthesize-start" not in to_server_kinds, to_server_kinds
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 def reads_error_events() -> bool:
@@ -442,22 +467,7 @@ async def test_refused_turn_per_version(hass: HomeAssistant, server: dict[str, s
 
 async def test_refused_audio_per_version(hass: HomeAssistant, server: dict[str, str]) -> None:
     """61 s of audio, over our 60 s limit: `error` (audio-too-long), then an empty transcript."""
-    entity = stt.async_get_speech_to_text_entity(hass, server["stt"])
-    assert entity is not None
-    metadata = stt.SpeechMetadata(
-        language="en",
-        format=stt.AudioFormats.WAV,
-        codec=stt.AudioCodecs.PCM,
-        bit_rate=stt.AudioBitRates.BITRATE_16,
-        sample_rate=stt.AudioSampleRates.SAMPLERATE_16000,
-        channel=stt.AudioChannels.CHANNEL_MONO,
-    )
-
-    async def chunks() -> AsyncIterator[bytes]:
-        for _ in range(61 * 16000 * 2 // 2048):
-            yield bytes(2048)
-
-    result = await entity.internal_async_process_audio_stream(metadata, chunks())
+    result = await transcribe(hass, server, 16000, bytes(61 * 16000 * 2))
     record("refused-audio", result=str(result.result), text=result.text)
     if reads_error_events():
         assert result.result == stt.SpeechResultState.ERROR, result
@@ -477,11 +487,9 @@ async def test_announcement_on_our_satellite(
     call returns."""
     client = await hass_client_no_auth()  # HA's http app on a loopback port, for ffmpeg
     hass.config.internal_url = f"http://127.0.0.1:{client.server.port}"
-    await our_pipeline(hass, server)
     out = fresh_speaker()
-    entry, satellite = await connected(hass, wire)
-    text = "The washing machine has finished, and the laundry is ready."
-    try:
+    async with connected_pipeline(hass, server, wire) as (_, satellite):
+        text = "The washing machine has finished, and the laundry is ready."
         began = time.monotonic()
         async with asyncio.timeout(WAIT):
             await hass.services.async_call(
@@ -498,6 +506,9 @@ async def test_announcement_on_our_satellite(
         )
         start = first_on_wire(wire, "out", SATELLITE_PORT, "audio-start", began) or began
         stop = first_on_wire(wire, "out", SATELLITE_PORT, "audio-stop", began) or began
+        # HA sends audio-start before it has audio: ffmpeg fetches the message from HA's TTS
+        # (our server synthesizes it then), so the first chunk is where playing can begin.
+        first = first_on_wire(wire, "out", SATELLITE_PORT, "audio-chunk", began) or start
         no_played = "Did not receive played event" in caplog.text
         seen = {
             "text": text, "played_rate": rate, "played_seconds": seconds,
@@ -506,6 +517,11 @@ async def test_announcement_on_our_satellite(
             # which it sends as soon as ffmpeg is done (unpaced); our speaker plays at its pace.
             "ha_sent_all_after_ms": round((stop - start) * 1000),
             "played_after_audio_start_ms": round((played_at - start) * 1000),
+            "first_chunk_after_audio_start_ms": round((first - start) * 1000),
+            # HA's window for `played`, after its audio-start, and what our `played` took
+            # beyond playing the audio out from its first chunk (start-up, pace, the send).
+            "ha_window_ms": round((stop - start + seconds + 0.5) * 1000),
+            "played_over_audio_ms": round((played_at - first - seconds) * 1000),
             "load": os.getloadavg()[0],
         }  # fmt: skip
         record("announce", **seen)
@@ -513,9 +529,6 @@ async def test_announcement_on_our_satellite(
         assert len(text) / 30 < seconds < len(text) / 5 + 3.0, seconds
         # Our `played` reached HA (whether in HA's window is a matter of the load: printed).
         assert played_at >= start, seen
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 class Mark:
@@ -566,26 +579,18 @@ async def test_follow_plays_our_reply(
     once, before HA's copy had come, and saw no drop)."""
     if not FOLLOW_PORT:
         pytest.skip("PIVOICE_FOLLOW_PORT is not set")
-    pipeline = await our_pipeline(hass, server)
     out = fresh_speaker("follow")
     log = Mark(RUN / "follow.log")
     server_log = Mark(RUN / "server.log")
-    entry, satellite = await connected(hass, wire, FOLLOW_PORT)
 
     def ha_sent(kind: str) -> int:
         return sum(1 for w, _, p, k, _ in wire if (w, p, k) == ("out", FOLLOW_PORT, kind))
 
-    try:
-        began = time.monotonic()
-        say("follow")
-        done = await until(
-            lambda: [e for e in run_events(hass, pipeline.id) if ended(e)], "finished run"
-        )
-        events = done[0]
-        heard = event_data(events, "stt-end").get("stt_output", {}).get("text", "")
-        intent = event_data(events, "intent-end").get("intent_output", {})
-        reply = intent.get("response", {}).get("speech", {}).get("plain", {}).get("speech", "")
-        await until(lambda: hass.states.get(satellite).state == "idle", "satellite idle again")
+    async with connected_pipeline(hass, server, wire, FOLLOW_PORT) as (pipeline, satellite):
+        # the satellite's microphone says the clip once; HA's run, once over
+        events, began = await one_run(hass, pipeline.id, "follow", "kitchen", satellite)
+        heard, reply = heard_of(events), reply_of(events)
+        await until(lambda: first_on_wire(wire, "in", FOLLOW_PORT, "played", began), "played")
         rate, seconds = await until(lambda: played(out), "reply audio played")
         # HA's copy of the reply: its audio-start … audio-stop to the satellite, once our
         # server lets HA's TTS request go.
@@ -596,7 +601,7 @@ async def test_follow_plays_our_reply(
         text = log.new()
         dropped = drop_line in text
         ours = "Playing our server's reply to this turn (followed)" in text
-        wavs = sorted(out.glob("*.wav"))
+        wavs = wav_files(out)
         joined = re.findall(r"Turn .* joined to .*", server_log.new())
         record(
             "follow", satellite=satellite, heard=heard, reply=reply, played_rate=rate,
@@ -617,9 +622,6 @@ async def test_follow_plays_our_reply(
         assert len(wavs) == 1, wavs
         # Kept for the outer test (later tests empty the speaker's folder): it transcribes it.
         shutil.copy(wavs[0], RUN / "followed-reply.wav")
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 # ---- what issue #21 checks: prefer-local, first sound, barge-in, timer, stall, rhasspy ---------
@@ -670,12 +672,7 @@ async def test_prefer_local_with_follow(
     if not FOLLOW_PORT:
         pytest.skip("PIVOICE_FOLLOW_PORT is not set")
     light = await kitchen_lights(hass)
-    pipeline = await our_pipeline(hass, server)
-    await async_update_pipeline(hass, pipeline, prefer_local_intents=True)
-    pipeline = async_get_pipeline(hass, pipeline.id)
-    assert pipeline.prefer_local_intents
     out = fresh_speaker("follow")
-    entry, satellite = await connected(hass, wire, FOLLOW_PORT)
 
     def turns_to_server(after: float) -> list[str]:
         return [
@@ -684,7 +681,10 @@ async def test_prefer_local_with_follow(
             if (w, port, k) == ("out", SERVER_PORT, "transcript") and t >= after
         ]
 
-    try:
+    async with connected_pipeline(hass, server, wire, FOLLOW_PORT, prefer_local=True) as (
+        pipeline,
+        satellite,
+    ):
         log, server_log = Mark(RUN / "follow.log"), Mark(RUN / "server.log")
         events, began = await one_run(hass, pipeline.id, "follow", "kitchen", satellite)
         local = {
@@ -720,9 +720,6 @@ async def test_prefer_local_with_follow(
         assert len(ours["to_our_agent"]) == 1, ours  # our LLM had this one
         assert len(words(ours["reply"])) >= 2, ours
         assert ours["ours_played"], ours
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 async def standalone_turn(clip_name: str) -> dict[str, Any]:
@@ -747,11 +744,9 @@ async def test_first_sound_follow_vs_standalone(
     the follower played our reply and the words it heard, never the time."""
     if not FOLLOW_PORT:
         pytest.skip("PIVOICE_FOLLOW_PORT is not set")
-    pipeline = await our_pipeline(hass, server)
-    entry, satellite = await connected(hass, wire, FOLLOW_PORT)
-    timing = RUN / "out-follow" / "timing.jsonl"
-    rows = []
-    try:
+    async with connected_pipeline(hass, server, wire, FOLLOW_PORT) as (pipeline, satellite):
+        timing = RUN / "out-follow" / "timing.jsonl"
+        rows = []
         for name in ("paris", "moon") * ROUNDS:
             alone = await standalone_turn(name)
             # HA's TTS cache would serve a repeated reply at once, and the follower then plays
@@ -778,70 +773,87 @@ async def test_first_sound_follow_vs_standalone(
         for row in rows:
             assert words(clip(row["clip"])[2]) - {"is", "the"} <= words(row["heard"]), row
             assert row["ours_played"], row
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 async def test_barge_in_over_a_reply(
     hass: HomeAssistant, server: dict[str, str], wire: Wire
 ) -> None:
     """Speech over HA's reply on our satellite stops it and starts a new pipeline run with the
-    words spoken: `played` for the cut reply, then `run-pipeline`, whose STT has the words."""
-    pipeline = await our_pipeline(hass, server)
-    out = fresh_speaker("ha")
-    entry, satellite = await connected(hass, wire)
-    log = Mark(RUN / "ha.log")
-    try:
-        before = len(run_events(hass, pipeline.id))
-        asked = say("ha", "moon")
-        reply_at = await until(
-            lambda: first_on_wire(wire, "out", SATELLITE_PORT, "audio-chunk", asked),
-            "HA's reply audio on our satellite",
-        )
-        # The user speaks BARGE_IN_AFTER s into the reply (it plays at the speaker's pace from
-        # its first chunk): the scenario's timing, not a wait for a state.
-        await asyncio.sleep(max(0.0, reply_at + BARGE_IN_AFTER - time.monotonic()))
-        spoke = say("ha", "kitchen")
-        runs = await until(
-            lambda: (
-                (r := [e for e in run_events(hass, pipeline.id)[before:] if ended(e)])
-                and len(r) >= 2
-                and r
-            ),
-            "the run the barge-in started",
-        )
-        await until(lambda: hass.states.get(satellite).state == "idle", "satellite idle again")
-        text = log.new()
-        spoke = said_at("ha", spoke) or spoke  # when the mic began the clip
-        run_at = first_on_wire(wire, "in", SATELLITE_PORT, "run-pipeline", spoke)
-        played_at = first_on_wire(wire, "in", SATELLITE_PORT, "played", spoke)
-        first = reply_of(runs[0])
-        wavs = sorted(out.glob("*.wav"))
-        with contextlib.suppress(EOFError, wave.Error), wave.open(str(wavs[0]), "rb") as wav:
-            cut_s = wav.getnframes() / wav.getframerate()
-        # The clip has 0.3 s of silence before the voice; the mic's chunk adds < 32 ms.
-        seen = {
-            "first_reply": first, "cut_after_s": cut_s, "heard": heard_of(runs[1]),
-            "barge_in_logged": "Barge-in over the reply" in text,
-            "played_before_run": played_at is not None and run_at is not None
-            and played_at <= run_at,
-            "voice_to_run_pipeline_ms": None if run_at is None
-            else round((run_at - spoke - 0.3) * 1000),
-            "reply_audio_to_voice_ms": round((spoke + 0.3 - reply_at) * 1000),
-            "load": os.getloadavg()[0],
-        }  # fmt: skip
-        record("barge-in", **seen)
-        print("barge-in", seen)
-        assert seen["barge_in_logged"], text[-3000:]
-        assert run_at is not None, "no run-pipeline from our satellite after the speech"
+    words spoken: `played` for the cut reply, then `run-pipeline`, whose STT has the words.
+    BARGE_INS times (#21: detected ≥ 90 %, the new run within 300 ms of the voice)."""
+    async with connected_pipeline(hass, server, wire) as (pipeline, satellite):
+        rows = [await barge_in_once(hass, pipeline.id, satellite, wire) for _ in range(BARGE_INS)]
+    record("barge-in", **rows[0], attempts=rows)
+    detected = [row for row in rows if row["run_pipeline"]]
+    assert len(detected) >= 0.9 * len(rows), rows
+    for seen in detected:
+        assert seen["barge_in_logged"], seen
         assert seen["played_before_run"], seen
         # The words spoken over the reply (tiny.en once heard "…kitchen light sleeves").
         assert "kitchen" in words(seen["heard"]), seen
-        assert cut_s < len(first) / 30 + 1.0 or len(first) < 60, seen  # cut short
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
+        first = seen["first_reply"]
+        assert seen["cut_after_s"] < len(first) / 30 + 1.0 or len(first) < 60, seen  # cut short
+
+
+async def barge_in_once(
+    hass: HomeAssistant, pipeline_id: str, satellite: str, wire: Wire
+) -> dict[str, Any]:
+    """One question ("Tell me about the moon.") and, BARGE_IN_AFTER s into HA's reply, "Turn on
+    the kitchen lights please." over it: what HA and our satellite did (a miss: no run-pipeline
+    within MISS_S of the words, the reply played on)."""
+    out = fresh_speaker("ha")
+    log = Mark(RUN / "ha.log")
+    before = len(run_events(hass, pipeline_id))
+    asked = say("ha", "moon")
+    reply_at = await until(
+        lambda: first_on_wire(wire, "out", SATELLITE_PORT, "audio-chunk", asked),
+        "HA's reply audio on our satellite",
+    )
+    # The user speaks BARGE_IN_AFTER s into the reply (it plays at the speaker's pace from its
+    # first chunk): the scenario's timing, not a wait for a state.
+    await asyncio.sleep(max(0.0, reply_at + BARGE_IN_AFTER - time.monotonic()))
+    spoke = say("ha", "kitchen")
+    with contextlib.suppress(AssertionError):  # a miss: recorded, judged by the test
+        await until(
+            lambda: first_on_wire(wire, "in", SATELLITE_PORT, "run-pipeline", spoke),
+            "run-pipeline after the words over the reply",
+            MISS_S,
+        )
+    spoke = said_at("ha", spoke) or spoke  # when the mic began the clip
+    run_at = first_on_wire(wire, "in", SATELLITE_PORT, "run-pipeline", spoke)
+    runs = await until(
+        lambda: (
+            (r := [e for e in run_events(hass, pipeline_id)[before:] if ended(e)])
+            and len(r) >= (1 if run_at is None else 2)
+            and r
+        ),
+        "the runs ended",
+    )
+    await until(lambda: hass.states.get(satellite).state == "idle", "satellite idle again")
+    text = log.new()
+    played_at = first_on_wire(wire, "in", SATELLITE_PORT, "played", spoke)
+    wavs = wav_files(out)
+    cut_s = None
+    with (
+        contextlib.suppress(EOFError, wave.Error, IndexError),
+        wave.open(str(wavs[0]), "rb") as wav,
+    ):
+        cut_s = wav.getnframes() / wav.getframerate()
+    # The clip has 0.3 s of silence before the voice; the mic's chunk adds < 32 ms.
+    seen = {
+        "first_reply": reply_of(runs[0]), "cut_after_s": cut_s,
+        "heard": heard_of(runs[1]) if len(runs) > 1 else "",
+        "run_pipeline": run_at is not None,
+        "barge_in_logged": "Barge-in over the reply" in text,
+        "played_before_run": played_at is not None and run_at is not None
+        and played_at <= run_at,
+        "voice_to_run_pipeline_ms": None if run_at is None
+        else round((run_at - spoke - 0.3) * 1000),
+        "reply_audio_to_voice_ms": round((spoke + 0.3 - reply_at) * 1000),
+        "load": os.getloadavg()[0],
+    }  # fmt: skip
+    print("barge-in", seen)
+    return seen
 
 
 async def test_timer_rings_until_stop(
@@ -853,12 +865,10 @@ async def test_timer_rings_until_stop(
     from homeassistant.helpers import intent
 
     assert await async_setup_component(hass, "intent", {})
-    pipeline = await our_pipeline(hass, server)
     out = fresh_speaker("ha")
-    entry, satellite = await connected(hass, wire)
-    device_id = er.async_get(hass).async_get(satellite).device_id
-    log = Mark(RUN / "ha.log")
-    try:
+    async with connected_pipeline(hass, server, wire) as (pipeline, satellite):
+        device_id = er.async_get(hass).async_get(satellite).device_id
+        log = Mark(RUN / "ha.log")
         before = len(run_events(hass, pipeline.id))
         await intent.async_handle(
             hass, "test", intent.INTENT_START_TIMER, {"seconds": {"value": 1}},
@@ -903,9 +913,6 @@ async def test_timer_rings_until_stop(
             "8 more pings from our satellite",
         )
         assert len(list(out.glob("*.wav"))) == rings, "the timer rang on after the stop"
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 async def test_mic_stall_then_on_time(
@@ -917,9 +924,7 @@ async def test_mic_stall_then_on_time(
     pid = int(PIDS.get("ha", "0"))
     if not pid:
         pytest.skip("PIVOICE_PIDS has no ha=PID")
-    pipeline = await our_pipeline(hass, server)
-    entry, satellite = await connected(hass, wire)
-    try:
+    async with connected_pipeline(hass, server, wire) as (pipeline, satellite):
         gaps, heard = [], []
         for stall in (False, True):
             if stall:
@@ -942,9 +947,6 @@ async def test_mic_stall_then_on_time(
         for text in heard:
             assert {"kitchen", "lights"} <= words(text), seen
         assert None not in gaps, seen
-    finally:
-        assert await hass.config_entries.async_unload(entry.entry_id)
-        await hass.async_block_till_done()
 
 
 async def test_rhasspy_side_by_side(
@@ -956,11 +958,9 @@ async def test_rhasspy_side_by_side(
     fires as the clip begins; HA's VAD then ends the request, ours ends it itself."""
     if not RHASSPY_PORT:
         pytest.skip("no rhasspy wyoming-satellite (script/ha-real build makes it)")
-    pipeline = await our_pipeline(hass, server)
     rows = {}
     for name, port in (("rhasspy", RHASSPY_PORT), ("ha", SATELLITE_PORT)):
-        entry, satellite = await connected(hass, wire, port)
-        try:
+        async with connected_pipeline(hass, server, wire, port) as (pipeline, satellite):
             events, began = await one_run(hass, pipeline.id, name, "kitchen", satellite)
             audio = first_on_wire(wire, "out", port, "audio-chunk", began)
             stop = first_on_wire(wire, "in", port, "audio-stop", began)
@@ -970,9 +970,6 @@ async def test_rhasspy_side_by_side(
                 "said_to_audio_stop_ms": None if stop is None else round((stop - began) * 1000),
                 "events": [str(e.type) for e in events], "load": os.getloadavg()[0],
             }  # fmt: skip
-        finally:
-            assert await hass.config_entries.async_unload(entry.entry_id)
-            await hass.async_block_till_done()
     record("rhasspy", satellites=rows)
     print("side by side", rows)
     for name, row in rows.items():

@@ -9,7 +9,8 @@ that follows keeps one connection here:
 
     satellite → server  pivoice-follow {satellite_id}   once: who it is in HA
     satellite → server  pivoice-heard {text}            each transcript HA sent it
-    satellite → server  pivoice-speculate <audio>       its utterance at its speculative endpoint
+    satellite → server  pivoice-speculate {fresh?} <audio>  its utterance at its speculative
+                                                        endpoint (fresh: no turn since HA connected)
     satellite → server  pivoice-void                    …of no use (speech resumed, HA answered)
     server → satellite  pivoice-reply-start {text}      a turn of its joined to it, then
                         handled-chunk* and handled {text} (or pivoice-reply-failed)
@@ -98,6 +99,9 @@ TTS_HOLD_S = 30.0  # HA's TTS of a reply a satellite is speaking waits this long
 # An unclaimed speculation is cancelled this long after it began: HA's turn comes within the
 # silence window's rest, HA's STT and its hop (~0.5 s; seconds under load).
 SPECULATION_S = 10.0
+# HA keeps a satellite's conversation id this long after its last use (chat_session
+# CONVERSATION_TIMEOUT, 5 min; its cleanup runs every 301 s, so up to ~10 min).
+HA_CONVERSATION_S = 300.0
 MAX_SPECULATION_BYTES = 20 * 16000 * 2  # the satellite's longest utterance (--vad-max-speech-s)
 
 
@@ -113,8 +117,13 @@ class Follower:
         self.write = write
         self.peer = peer
         self.satellite_id: str | None = None
-        # The conversations of its last three joined turns: the next speculation's guess.
-        self.keys: deque[Hashable | None] = deque(maxlen=3)
+        # The next speculation's guess (FollowHub._guess): the conversation of its last joined
+        # turn and when that came; how many joins in a row came in a new conversation while
+        # HA would have kept the last one; whether HA (re)connected since its last join.
+        self.key: Hashable | None = None
+        self.key_at: float | None = None
+        self.switches = 0
+        self.reconnected = False
         self.speculation: Speculation | None = None
         self._outbox: asyncio.Queue[Event] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
@@ -325,16 +334,24 @@ class FollowHub:
     # ---- speculation -----------------------------------------------------------------------
 
     def speculate(
-        self, follower: Follower, audio: bytes | None, services: Services, host: str
+        self,
+        follower: Follower,
+        audio: bytes | None,
+        services: Services,
+        host: str,
+        data: dict[str, Any] | None = None,
     ) -> None:
-        """The follower's utterance so far: transcribe it and start the reply to its words."""
+        """The follower's utterance so far: transcribe it and start the reply to its words.
+        `data["fresh"]`: no turn of its has come since HA (re)connected to it (_guess)."""
         self.void(follower)
         if follower not in self.followers or not audio or len(audio) > MAX_SPECULATION_BYTES:
             return
         if services.conversations.notes is not None:
             return  # --knowledge: notes enter the prompt; not proven the same, so not guessed
         spec = follower.speculation = Speculation(follower, time.monotonic())
-        spec.task = asyncio.create_task(self._speculate(spec, audio, services, host))
+        fresh = bool((data or {}).get("fresh"))
+        follower.reconnected |= fresh
+        spec.task = asyncio.create_task(self._speculate(spec, audio, services, host, fresh))
         asyncio.get_running_loop().call_later(SPECULATION_S, self._expire_speculation, spec)
 
     def void(self, follower: Follower) -> None:
@@ -348,19 +365,26 @@ class FollowHub:
         if not spec.claimed and spec.follower.speculation is spec:
             self.void(spec.follower)
 
-    def _guess(self, follower: Follower) -> Hashable | None:
-        """The conversation the follower's next turn will likely be in: HA keeps a satellite's
-        conversation id for five minutes, so the last turn's, a new one's too (guessing an
-        empty history there missed the second turn of every new HA conversation against the
-        real HA 2026.10); only when its last three turns came in three conversations (a client
-        that starts one per turn; HA does not) a new one."""
-        keys = follower.keys
-        if not keys or (len(keys) == 3 and len(set(keys)) == 3):
+    def _guess(self, follower: Follower, fresh: bool = False) -> Hashable | None:
+        """The conversation the follower's next turn will likely be in: the last joined turn's
+        (HA keeps a satellite's conversation id five minutes, and our store forgets a history
+        after as long idle, so past that this is an empty one as well), a new one's too
+        (guessing an empty history there missed the second turn of every new HA conversation
+        against the real HA 2026.10). A new one if:
+        - the satellite says no turn of its came since HA (re)connected (`fresh`): HA's entity
+          starts with no conversation (a restart, a reloaded entry); the last turn's history
+          guessed there missed the first turn of each new HA (the real HA 2026.10);
+        - its last three turns came in three conversations, each while HA would have kept the
+          last one (a client that starts one per turn; HA does not). Counted only then: a
+          user's turns minutes apart each start a new HA conversation, and counting those
+          (session 13's rule) guessed an empty history for the follow-up of each.
+        A wrong guess costs only the speculation: the claim checks the history."""
+        if fresh or follower.key_at is None or follower.switches >= 2:
             return None
-        return keys[-1]
+        return follower.key
 
     async def _speculate(
-        self, spec: Speculation, audio: bytes, services: Services, host: str
+        self, spec: Speculation, audio: bytes, services: Services, host: str, fresh: bool
     ) -> None:
         try:
             # The same conversion and model as a transcribe request (transcribe.py).
@@ -374,7 +398,7 @@ class FollowHub:
             text = " ".join(parts).strip()
             if not text:
                 return
-            key = self._guess(spec.follower)
+            key = self._guess(spec.follower, fresh)
             spec.earlier = services.conversations.earlier(key)
             spec.announce(text)
             start = time.monotonic()
@@ -475,7 +499,17 @@ class FollowHub:
 
     def _attach(self, turn: Turn, follower: Follower) -> None:
         turn.follower = follower
-        follower.keys.append(turn.key)
+        if turn.key == follower.key:
+            follower.switches = 0
+        elif (
+            follower.key_at is not None
+            and not follower.reconnected
+            and turn.at - follower.key_at < HA_CONVERSATION_S
+        ):
+            follower.switches += 1  # a new conversation HA would not have started
+        else:
+            follower.switches = 0  # the first, HA's expired one, or a new HA entity's
+        follower.key, follower.key_at, follower.reconnected = turn.key, turn.at, False
         self.spoken(follower)  # a reply still being spoken there is over now
         self._speaking[follower] = turn
         _LOGGER.info("Turn %r joined to %s", turn.original[:60], follower.peer)

@@ -119,7 +119,7 @@ class PivoiceEventHandler(Connection):
         elif kind == follow.HEARD:
             follow.HUB.heard(follower, data)
         elif kind == follow.SPECULATE:
-            follow.HUB.speculate(follower, payload, self.services, self.host)
+            follow.HUB.speculate(follower, payload, self.services, self.host, data)
         elif kind == follow.VOID:
             follow.HUB.void(follower)
         else:

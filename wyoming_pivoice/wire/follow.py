@@ -9,7 +9,8 @@ HEARD = "pivoice-heard"  # satellite → server: the transcript HA sent us (join
 SPOKEN = "pivoice-spoken"  # satellite → server: the followed reply has played
 OWN_TTS = "pivoice-own-tts"  # satellite → server, first on a TTS connection: a followed reply
 # satellite → server: the utterance so far (payload: s16le 16 kHz mono), at the satellite's
-# speculative endpoint; the server may answer it before HA asks (server/follow.py: Speculation)
+# speculative endpoint; the server may answer it before HA asks (server/follow.py: Speculation);
+# data {fresh: true}: no turn of ours has come since HA (re)connected (a new conversation)
 SPECULATE = "pivoice-speculate"
 VOID = "pivoice-void"  # satellite → server: that utterance goes on, or HA answered it itself
 REPLY_START = "pivoice-reply-start"  # server → satellite: a reply to this satellite begins

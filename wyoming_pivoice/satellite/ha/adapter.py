@@ -150,7 +150,7 @@ class HaSatellite:
         self.playback = Playback(sink, canceller)
         self.connections = Connections(
             self.handle_event,
-            on_connect=lambda: self._apply(self.machine.connect(time.monotonic())),
+            on_connect=self._ha_connected,
             on_disconnect=lambda: self._apply(self.machine.disconnect(time.monotonic())),
         )
         self._mic_wanted = asyncio.Event()
@@ -549,6 +549,11 @@ class HaSatellite:
             self.connections.close_active(action.reason)
         elif isinstance(action, state.Exit):
             self.stop(action.code)
+
+    def _ha_connected(self) -> None:
+        if self.follow is not None:
+            self.follow.ha_connected()
+        self._apply(self.machine.connect(time.monotonic()))
 
     def _follow_joined(self) -> bool:
         """Our server joined this run's turn: the machine says whether to speak it."""

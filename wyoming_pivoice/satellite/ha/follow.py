@@ -110,6 +110,9 @@ class Follow:
         self._held_bytes = 0
         self._held_text: str | None = None
         self._held_done = False
+        # No turn of ours has been joined since HA (re)connected: HA's entity may be new, and
+        # with it its conversation (server/follow.py `_guess`).
+        self._fresh = True
         self.connected = False
 
     # ---- what the satellite tells it --------------------------------------------------------
@@ -119,12 +122,18 @@ class Follow:
         if self.connected and not self._outbox.full():
             self._outbox.put_nowait(Event(HEARD, {"text": text}))
 
+    def ha_connected(self) -> None:
+        """HA (re)connected to us: until our server joins a turn of ours, its conversation is
+        likely new (a restarted HA, a reloaded entry start with none)."""
+        self._fresh = True
+
     def speculate(self, audio: bytes) -> None:
         """Our endpointer's speculative endpoint, with the utterance standalone would
         transcribe: the server may write the reply to it before HA asks (server/follow.py).
         Only a put on the outbox: the mic → HA stream never waits for it."""
         if self.connected and not self._outbox.full():
-            self._outbox.put_nowait(Event(SPECULATE, {}, payload=audio))
+            data = {"fresh": True} if self._fresh else {}
+            self._outbox.put_nowait(Event(SPECULATE, data, payload=audio))
 
     def void(self) -> None:
         """The speculation is of no use: speech resumed, or HA answers the run itself."""
@@ -199,11 +208,13 @@ class Follow:
             self._held, self._held_text, self._held_done, self._held_bytes = [], None, False, 0
             self._start()
         elif event.type == REPLY_RELEASE and self._held is not None:
+            self._fresh = False  # a turn of ours reached the server in HA's conversation
             self._release()
         elif event.type == REPLY_DROP and self._held is not None:
             _LOGGER.debug("Our speculation's reply was no turn's: dropped unplayed")
             self._discard()
         elif event.type == REPLY_START:
+            self._fresh = False  # a turn of ours reached the server in HA's conversation
             self.stop()
             if self._on_joined():
                 _LOGGER.info(
