@@ -104,9 +104,9 @@ class CoreSource:
         self._stopping = threading.Event()
         self._reset_vad = threading.Event()
         # Barge-in without waiting for the event loop: called on this thread when the turn
-        # policy says INTERRUPT (the standalone pipeline sets it: the speaker's `cut`).
-        # The barge-in: True when it cut a reply (the policy says INTERRUPT on every chunk of
-        # the voice until the loop has taken the utterance: a late loop, many calls).
+        # policy says INTERRUPT (both fronts set it: the speaker's `cut`); True when it cut a
+        # reply (the policy says INTERRUPT on every chunk of the voice until the loop has
+        # taken the utterance: a late loop, many calls).
         self.on_interrupt: Callable[[], bool] | None = None
         self._read: asyncio.Future[bytes | None] | None = None
         self._fast = FastBargeIn(endpointer.logic.policy if endpointer else TurnPolicy())
