@@ -431,7 +431,6 @@ class EchoCanceller:
         self.linear_chunk: bytes | None = None  # the last chunk's linear output (aligned)
         self._chunk_linear = 0.0
         self._chunk_linear_expected = 0.0
-        self._chunk_mic = 0.0  # mean-square energy of the last chunk's microphone
         self.stats = EchoStats()
 
     # ---- the timeline -----------------------------------------------------------------
@@ -589,7 +588,7 @@ class EchoCanceller:
         linear_outputs = [self._linear_out]
         used = 0
         scale = 1.0 / (32768.0 * 32768.0)
-        residual = expected = linear = linear_expected = mic_total = 0.0
+        residual = expected = linear = linear_expected = 0.0
         frames = 0
         while len(pending) - used >= FRAME:
             ref = self._reference_frame(self._capture_index)
@@ -623,7 +622,6 @@ class EchoCanceller:
                 lin_energy = float(np.mean(lin.astype(np.float64) ** 2)) * scale
                 self.linear_estimate.frame(ref_energy, mic_energy, lin_energy, audible, echo)
                 linear += lin_energy
-                mic_total += mic_energy
                 linear_expected += self.linear_estimate.expected_residual()
             # AEC3 always sees the stream (its state stays continuous); outside echo its
             # output is not used, so speech outside replies reaches the VAD as captured,
@@ -640,7 +638,6 @@ class EchoCanceller:
             self._chunk_residual, self._chunk_expected = residual / frames, expected / frames
             self._chunk_linear = linear / frames
             self._chunk_linear_expected = linear_expected / frames
-            self._chunk_mic = mic_total / frames
         if self._linear is not None:
             lin_all = np.concatenate(linear_outputs)
             short = len(samples) - len(lin_all)
@@ -712,9 +709,6 @@ class EchoCanceller:
             linear_probability=linear_probability if linear else None,
             linear_residual_db=round(_db(self._chunk_linear), 1) if linear else None,
             linear_expected_db=round(_db(self._chunk_linear_expected), 1) if linear else None,
-            linear_drop_db=(
-                round(_db(self._chunk_mic / max(self._chunk_linear, 1e-12)), 1) if linear else None
-            ),
         )
 
 

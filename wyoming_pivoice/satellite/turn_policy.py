@@ -70,7 +70,6 @@ class Evidence:
     linear_probability: float | None = None  # VAD speech probability of its output
     linear_residual_db: float | None = None
     linear_expected_db: float | None = None
-    linear_drop_db: float | None = None  # the microphone over the linear filter's output
 
     @property
     def echo_heard(self) -> bool:
@@ -129,26 +128,18 @@ class TurnPolicy:
     plain_margin_db: float = PLAIN_MARGIN_DB
     plain_min_speech_frames: int = 4
     # The linear filter's output beside AEC3 (Evidence.linear_*): a frame counts when the VAD
-    # on it says speech and it stands this far over what the echo alone leaves in it, and
-    # the microphone stands no more than linear_max_drop_db over it (a voice is most of the
-    # microphone; the echo alone loses the filter's ERLE). None: no such rule.
+    # on it says speech and it stands this far over what the echo alone leaves in it.
     linear_threshold: float = 0.5
-    linear_margin_db: float | None = 6.0
-    linear_max_drop_db: float | None = None
+    linear_margin_db: float = 6.0
     linear_min_speech_frames: int = 3
 
 
 def _linear_voice(evidence: Evidence, policy: TurnPolicy) -> bool:
     """Whether the linear filter's output holds a voice over the echo (TurnPolicy.linear_*)."""
     prob, excess = evidence.linear_probability, evidence.linear_excess_db
-    if prob is None or excess is None or prob < policy.linear_threshold:
+    if prob is None or excess is None:
         return False
-    if policy.linear_margin_db is not None and excess < policy.linear_margin_db:
-        return False
-    drop = evidence.linear_drop_db
-    if policy.linear_max_drop_db is not None and (drop is None or drop > policy.linear_max_drop_db):
-        return False
-    return policy.linear_margin_db is not None or policy.linear_max_drop_db is not None
+    return prob >= policy.linear_threshold and excess >= policy.linear_margin_db
 
 
 def decide(evidence: Evidence, voiced_frames: int, policy: TurnPolicy) -> Decision:
