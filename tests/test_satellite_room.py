@@ -55,45 +55,22 @@ async def test_one_question_in_an_echoing_room_is_one_turn(server_port: int, tmp
     assert turn["echo"]["erle_db"] > 10, turn["echo"]
 
 
-async def test_talking_over_the_reply_stops_it_and_is_answered(server_port: int, tmp_path: Path):
-    """Under load (busy processes on every core twice over): the talked-over reply stops and
-    the next turn is the words said over it, answered. Session 7 saw the next turn "answered
-    with the earlier reply" once; reproduced here (session 8, load 21): turns, transcripts and
-    barge-in all right, and the server's reply to "Turn off the kitchen lights." was the
-    cats joke again, word for word — the server keeps the interrupted reply whole in the
-    conversation's history and SmolLM2-135M repeats it. Not the satellite's: reported, not
-    asserted here."""
-    from pivoice_lab.bench.room import busy_load
-
-    question = said("Tell me a joke about cats.", tmp_path / "q.wav", at=0.5)
-    over = said("Turn off the kitchen lights.", tmp_path / "over.wav", reply=1, after_ms=1000)
-    uri = f"tcp://127.0.0.1:{server_port}"
-    await warm(uri)
-    with busy_load(2 * (os.cpu_count() or 1)):
-        run = await run_satellite_in_room(
-            uri, [question, over], ECHOING, tmp_path, quiet_s=30.0, limit_s=240
-        )
-    assert run.settled, describe(run)
-    assert len(run.turns) == 2, describe(run)
-    first, second = run.turns
-    assert first["barged_in"], describe(run)
-    assert "kitchen" in words(second["transcript"]), describe(run)
-    assert not second["barged_in"], describe(run)
-    # The first reply stopped soon after the user started talking.
-    stopped = run.room.replies[0].ended
-    assert over.onset is not None and stopped is not None
-    assert stopped - over.onset < 1.0, describe(run)
-    assert run.room.replies[1].ended is not None
-
-
 # A headset: the microphone does not hear the speaker at all.
 HEADSET = RoomAcoustics(echo_db=-90, delay_ms=20, tail_ms=0, noise_dbfs=-60, seed=8)
 
 
-async def test_under_load_one_question_one_turn_and_talking_over_the_reply_is_answered(
+async def test_under_load_talking_over_the_reply_stops_it_and_is_answered(
     server_port: int, tmp_path: Path
 ):
-    """The same room with busy processes on every core twice over (issue #20)."""
+    """The echoing room with busy processes on every core twice over (issue #20): one
+    question is one turn, and the words said over its reply stop it and are answered.
+
+    The question asks for a story: SmolLM2-135M's replies to it run 950-1230 characters (8
+    of 8 at the default temperature), where a joke was 15-87 ("A cat is a cat." once ended
+    before the user spoke, so nothing could be barged in on: session 14's CI). Session 8
+    (load 21) saw the second turn answered with the cats joke again, word for word: the
+    server keeps the interrupted reply in the conversation's history and the tiny model
+    repeats it; that is the model's, not the satellite's, so not asserted here."""
     from pivoice_lab.bench.room import busy_load
 
     question = said("Tell me a story about a cat and a dog.", tmp_path / "q.wav", at=0.5)
@@ -105,7 +82,9 @@ async def test_under_load_one_question_one_turn_and_talking_over_the_reply_is_an
         run = await run_satellite_in_room(
             uri, [question, over], ECHOING, tmp_path, quiet_s=30.0, limit_s=240
         )
+    assert run.settled, describe(run)
     check_barge_in(run, over)
+    assert run.room.replies[1].ended is not None, describe(run)
 
 
 async def test_a_headset_barges_in(server_port: int, tmp_path: Path):
@@ -119,16 +98,16 @@ async def test_a_headset_barges_in(server_port: int, tmp_path: Path):
 
 
 def check_barge_in(run: RoomRun, over: Say) -> None:
-    """Two turns: the question, then what was said over its reply; the reply was stopped
-    unless it had ended by itself before the voice could be heard (SmolLM2 is sometimes
-    brief)."""
+    """Two turns: the question, then what was said over its reply; the reply (a story, a
+    minute long) stopped within a second of the voice's onset, and the second turn is not
+    itself a barge-in."""
     assert len(run.turns) == 2, describe(run)
     first, second = run.turns
     reply = run.room.replies[0]
     assert over.onset is not None and reply.ended is not None, describe(run)
-    if reply.ended > over.onset + 0.5:
-        assert first["barged_in"], describe(run)
-        assert reply.ended - over.onset < 1.0, describe(run)
+    assert first["barged_in"], describe(run)
+    assert 0 < reply.ended - over.onset < 1.0, describe(run)
+    assert not second["barged_in"], describe(run)
     if "kitchen" not in words(second["transcript"]):
         # Two turns and the reply stopped, but the words over it misheard: #20's target is
         # the key word >= 80 % of the time, so one run may miss it ("Turn off the kitchen
