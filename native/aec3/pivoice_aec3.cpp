@@ -1,0 +1,146 @@
+// WebRTC's AEC3 (webrtc-audio-processing 1.3, as bundled in rhasspy's webrtc-noise-gain
+// sdist) with its *linear* filter's output exported: the microphone less the adaptive
+// filter's echo estimate, before AEC3's residual-echo suppressor. The satellite weighs it
+// for barge-in (a voice that starts over a loud reply passes it at its own level, where
+// the suppressor takes it apart for 300-500 ms; docs/room.md sessions 13-15).
+//
+// One APM, 16 kHz mono, 10 ms frames: AEC3 on, noise suppression and gain control off,
+// the high-pass filter as asked (livekit's APM: on).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+
+#include "api/audio/echo_canceller3_config.h"
+#include "api/audio/echo_control.h"
+#include "api/scoped_refptr.h"
+#include "modules/audio_processing/aec3/echo_canceller3.h"
+#include "modules/audio_processing/include/audio_processing.h"
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr int kRate = 16000;
+constexpr int kFrame = kRate / 100;
+
+// APM builds AEC3 from a default EchoCanceller3Config unless given a factory, and the
+// default does not export the linear output (APM's own flag only allocates the buffer).
+class LinearAec3Factory : public webrtc::EchoControlFactory {
+ public:
+  explicit LinearAec3Factory(bool linear) : linear_(linear) {}
+  std::unique_ptr<webrtc::EchoControl> Create(int sample_rate_hz, int num_render_channels,
+                                              int num_capture_channels) override {
+    webrtc::EchoCanceller3Config config;
+    config.filter.export_linear_aec_output = linear_;
+    return std::make_unique<webrtc::EchoCanceller3>(config, sample_rate_hz,
+                                                    num_render_channels,
+                                                    num_capture_channels);
+  }
+
+ private:
+  bool linear_;
+};
+
+using Pcm = py::array_t<int16_t, py::array::c_style | py::array::forcecast>;
+
+const int16_t* frame_of(const Pcm& pcm, const char* what) {
+  if (pcm.ndim() != 1 || pcm.shape(0) != kFrame) {
+    throw std::invalid_argument(std::string(what) + ": one 10 ms frame (160 int16 samples)");
+  }
+  return pcm.data();
+}
+
+class Aec3 {
+ public:
+  Aec3(bool high_pass_filter, bool linear_output) : linear_(linear_output), stream_(kRate, 1) {
+    webrtc::AudioProcessingBuilder builder;
+    builder.SetEchoControlFactory(std::make_unique<LinearAec3Factory>(linear_output));
+    apm_ = rtc::scoped_refptr<webrtc::AudioProcessing>(builder.Create());
+    if (!apm_) throw std::runtime_error("AudioProcessing could not be created");
+    webrtc::AudioProcessing::Config config;
+    config.echo_canceller.enabled = true;
+    config.echo_canceller.mobile_mode = false;
+    config.echo_canceller.export_linear_aec_output = linear_output;
+    config.high_pass_filter.enabled = high_pass_filter;
+    config.noise_suppression.enabled = false;
+    config.gain_controller1.enabled = false;
+    config.gain_controller2.enabled = false;
+    config.voice_detection.enabled = false;
+    apm_->ApplyConfig(config);
+    apm_->Initialize();
+  }
+
+  void process_reverse(const Pcm& far) {
+    const int16_t* src = frame_of(far, "process_reverse");
+    std::array<int16_t, kFrame> scratch;
+    int err;
+    {
+      py::gil_scoped_release release;
+      err = apm_->ProcessReverseStream(src, stream_, stream_, scratch.data());
+    }
+    if (err != 0) throw std::runtime_error("ProcessReverseStream failed: " + std::to_string(err));
+  }
+
+  // The echo-cancelled frame and (linear_output) AEC3's linear filter's output for it.
+  py::tuple process(const Pcm& near) {
+    const int16_t* src = frame_of(near, "process");
+    Pcm out(kFrame);
+    int16_t* dest = out.mutable_data();
+    std::array<std::array<float, kFrame>, 1> linear;
+    int err;
+    bool got = false;
+    {
+      py::gil_scoped_release release;
+      err = apm_->ProcessStream(src, stream_, stream_, dest);
+      if (err == 0 && linear_) got = apm_->GetLinearAecOutput(linear);
+    }
+    if (err != 0) throw std::runtime_error("ProcessStream failed: " + std::to_string(err));
+    if (!got) return py::make_tuple(out, py::none());
+    Pcm lin(kFrame);
+    int16_t* l = lin.mutable_data();
+    for (int i = 0; i < kFrame; ++i) {  // AEC3 works on floats at int16 scale
+      l[i] = static_cast<int16_t>(std::lround(std::clamp(linear[0][i], -32768.0f, 32767.0f)));
+    }
+    return py::make_tuple(out, lin);
+  }
+
+  void set_stream_delay_ms(int delay) { apm_->set_stream_delay_ms(delay); }
+
+  // AEC3's own estimates (None until it has them): ERL, ERLE (dB), delay (ms).
+  py::dict statistics() {
+    webrtc::AudioProcessingStats stats = apm_->GetStatistics();
+    py::dict d;
+    d["erl_db"] = stats.echo_return_loss ? py::cast(*stats.echo_return_loss) : py::none();
+    d["erle_db"] = stats.echo_return_loss_enhancement
+                       ? py::cast(*stats.echo_return_loss_enhancement)
+                       : py::none();
+    d["delay_ms"] = stats.delay_ms ? py::cast(*stats.delay_ms) : py::none();
+    return d;
+  }
+
+ private:
+  bool linear_;
+  webrtc::StreamConfig stream_;
+  rtc::scoped_refptr<webrtc::AudioProcessing> apm_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(pivoice_aec3, m) {
+  m.doc() = "WebRTC AEC3 (webrtc-audio-processing 1.3) with its linear filter's output";
+  m.attr("RATE") = kRate;
+  m.attr("FRAME") = kFrame;
+  py::class_<Aec3>(m, "Aec3")
+      .def(py::init<bool, bool>(), py::arg("high_pass_filter") = true,
+           py::arg("linear_output") = true)
+      .def("process_reverse", &Aec3::process_reverse, py::arg("far"))
+      .def("process", &Aec3::process, py::arg("near"))
+      .def("set_stream_delay_ms", &Aec3::set_stream_delay_ms, py::arg("delay_ms"))
+      .def("statistics", &Aec3::statistics);
+}
