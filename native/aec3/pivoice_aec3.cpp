@@ -33,11 +33,18 @@ constexpr int kFrame = kRate / 100;
 // default does not export the linear output (APM's own flag only allocates the buffer).
 class LinearAec3Factory : public webrtc::EchoControlFactory {
  public:
-  explicit LinearAec3Factory(bool linear) : linear_(linear) {}
+  LinearAec3Factory(bool linear, size_t filter_blocks)
+      : linear_(linear), filter_blocks_(filter_blocks) {}
   std::unique_ptr<webrtc::EchoControl> Create(int sample_rate_hz, int num_render_channels,
                                               int num_capture_channels) override {
     webrtc::EchoCanceller3Config config;
     config.filter.export_linear_aec_output = linear_;
+    // The linear filters' length in 4 ms blocks after the estimated delay (AEC3's default 13:
+    // 52 ms; a room's reverberant tail beyond it is left to the suppressor).
+    if (filter_blocks_ > 0) {
+      config.filter.refined.length_blocks = filter_blocks_;
+      config.filter.coarse.length_blocks = filter_blocks_;
+    }
     return std::make_unique<webrtc::EchoCanceller3>(config, sample_rate_hz,
                                                     num_render_channels,
                                                     num_capture_channels);
@@ -45,6 +52,7 @@ class LinearAec3Factory : public webrtc::EchoControlFactory {
 
  private:
   bool linear_;
+  size_t filter_blocks_;
 };
 
 using Pcm = py::array_t<int16_t, py::array::c_style | py::array::forcecast>;
@@ -58,9 +66,11 @@ const int16_t* frame_of(const Pcm& pcm, const char* what) {
 
 class Aec3 {
  public:
-  Aec3(bool high_pass_filter, bool linear_output) : linear_(linear_output), stream_(kRate, 1) {
+  Aec3(bool high_pass_filter, bool linear_output, size_t filter_blocks)
+      : linear_(linear_output), stream_(kRate, 1) {
     webrtc::AudioProcessingBuilder builder;
-    builder.SetEchoControlFactory(std::make_unique<LinearAec3Factory>(linear_output));
+    builder.SetEchoControlFactory(
+        std::make_unique<LinearAec3Factory>(linear_output, filter_blocks));
     apm_ = rtc::scoped_refptr<webrtc::AudioProcessing>(builder.Create());
     if (!apm_) throw std::runtime_error("AudioProcessing could not be created");
     webrtc::AudioProcessing::Config config;
@@ -137,8 +147,8 @@ PYBIND11_MODULE(pivoice_aec3, m) {
   m.attr("RATE") = kRate;
   m.attr("FRAME") = kFrame;
   py::class_<Aec3>(m, "Aec3")
-      .def(py::init<bool, bool>(), py::arg("high_pass_filter") = true,
-           py::arg("linear_output") = true)
+      .def(py::init<bool, bool, size_t>(), py::arg("high_pass_filter") = true,
+           py::arg("linear_output") = true, py::arg("filter_blocks") = 0)
       .def("process_reverse", &Aec3::process_reverse, py::arg("far"))
       .def("process", &Aec3::process, py::arg("near"))
       .def("set_stream_delay_ms", &Aec3::set_stream_delay_ms, py::arg("delay_ms"))

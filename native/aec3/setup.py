@@ -13,7 +13,7 @@ from typing import Any
 
 import setuptools
 from pybind11 import get_include
-from pybind11.setup_helpers import ParallelCompile
+from pybind11.setup_helpers import ParallelCompile, naive_recompile
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
@@ -70,8 +70,9 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
-# ~250 translation units: one compiler per core (PIVOICE_AEC3_JOBS to set another number).
-ParallelCompile("PIVOICE_AEC3_JOBS", default=0).install()
+# ~250 translation units: one compiler per core (PIVOICE_AEC3_JOBS to set another number);
+# a rebuild in the same tree compiles only what is newer than its object (our binding).
+ParallelCompile("PIVOICE_AEC3_JOBS", default=0, needs_recompile=naive_recompile).install()
 extension = _extension()
 setuptools.setup(
     ext_modules=[extension], cmdclass={"build_ext": BuildExt}, packages=[], py_modules=[]

@@ -31,6 +31,7 @@ from wyoming.audio import AudioFormat
 from ..satellite.protocols import Hearing
 from ..satellite.settings import EchoSettings
 from ..satellite.turn_policy import NO_COUPLING_DB, Evidence
+from .aec3 import Aec3
 from .format import RATE
 from .mdf import Mdf
 from .pcm import StreamingConverter, frame_bytes
@@ -101,16 +102,61 @@ LINEAR_TAIL_SECONDS = 0.5
 LINEAR_MIN_ERLE_DB = 12.0
 
 
-def load_apm(settings: EchoSettings) -> rtc.AudioProcessingModule:
-    """A WebRTC AudioProcessingModule; ImportError/OSError when livekit cannot load here."""
-    from livekit import rtc
+class LivekitApm:
+    """livekit's AudioProcessingModule (WebRTC's APM) frame by frame, as aec3.Aec3: it has no
+    linear output. ImportError/OSError when livekit cannot load here."""
 
-    return rtc.AudioProcessingModule(
-        echo_cancellation=settings.echo_cancellation,
-        noise_suppression=settings.noise_suppression,
-        high_pass_filter=settings.high_pass_filter,
-        auto_gain_control=settings.auto_gain_control,
-    )
+    def __init__(self, settings: EchoSettings) -> None:
+        from livekit import rtc
+
+        self._apm: rtc.AudioProcessingModule = rtc.AudioProcessingModule(
+            echo_cancellation=settings.echo_cancellation,
+            noise_suppression=settings.noise_suppression,
+            high_pass_filter=settings.high_pass_filter,
+            auto_gain_control=settings.auto_gain_control,
+        )
+        self._delay = settings.echo_cancellation
+
+    def frame(self, render: bytes, near: np.ndarray) -> tuple[np.ndarray, None]:
+        from livekit.rtc import AudioFrame
+
+        self._apm.process_reverse_stream(AudioFrame(render, RATE, 1, FRAME))
+        if self._delay:
+            self._apm.set_stream_delay_ms(0)
+        capture = AudioFrame(near.tobytes(), RATE, 1, FRAME)
+        self._apm.process_stream(capture)
+        return np.frombuffer(capture.data, dtype=np.int16).copy(), None
+
+
+Apm = LivekitApm | Aec3
+
+
+def load_apm(settings: EchoSettings, native: bool = False) -> Apm:
+    """The APM: livekit's, or (`native`) our AEC3 with its linear output (aec3.py)."""
+    if native:
+        return Aec3(settings.high_pass_filter)
+    return LivekitApm(settings)
+
+
+def native_linear(settings: EchoSettings) -> bool:
+    """Whether the canceller runs our AEC3 (aec3.py) for its linear output: the linear
+    barge-in asked of it (EchoSettings.linear_filter "aec3"), and the extension installed —
+    otherwise livekit's APM and AEC3's rules alone (one log line). Our binding runs no noise
+    suppression or gain control: with those asked for, livekit's."""
+    if not (settings.echo_cancellation and settings.linear_barge_in):
+        return False
+    if settings.linear_filter != "aec3" or settings.noise_suppression or settings.auto_gain_control:
+        return False
+    try:
+        import pivoice_aec3  # noqa: F401
+    except ImportError as err:
+        _LOGGER.warning(
+            "No AEC3 linear output for barge-in (%s; native/aec3/build.sh builds it): livekit's "
+            "AEC3 alone, a voice that starts under a loud reply is heard later",
+            err,
+        )
+        return False
+    return True
 
 
 @dataclass
@@ -398,10 +444,12 @@ class EchoCanceller:
 
     def __init__(self, settings: EchoSettings) -> None:
         self.settings = settings
-        self._apm = load_apm(settings)
+        # Our AEC3 (aec3.py) gives its own linear filter's output beside its output.
+        self._native = native_linear(settings)
+        self._apm = load_apm(settings, self._native)
         # After a barge-in: the fresh filter beside the live one, which of the two is heard,
         # and the trial's residual energies (window; all windows without the user's voice).
-        self._second: rtc.AudioProcessingModule | None = None
+        self._second: Apm | None = None
         self._use_second = False
         self._trial = [0.0, 0.0, 0.0, 0.0]  # window live, window second, total live, second
         self._trial_frames = 0
@@ -425,7 +473,7 @@ class EchoCanceller:
         self._chunk_expected = 0.0  # …and what the echo alone would have left of it
         # The linear filter beside AEC3 (mdf.py), for the barge-in decision alone: its output
         # keeps a voice AEC3's suppression takes off; None where off or not loadable.
-        self._linear = open_linear(settings)
+        self._linear = None if self._native else open_linear(settings)
         self.linear_estimate = EchoEstimate(converge_frames=0, onset_frames=0)
         self._linear_out: np.ndarray | None = None
         self.linear_chunk: bytes | None = None  # the last chunk's linear output (aligned)
@@ -496,23 +544,18 @@ class EchoCanceller:
             return
         if self._second is not None and self._use_second:
             self._apm = self._second  # the fresh one was winning: it is the live one now
-        self._second = load_apm(self.settings)  # ≈ 20 ms under load, once per barge-in
+        self._second = load_apm(self.settings, self._native)  # ≈ 20 ms under load
         self._use_second = False
         self._trial = [0.0, 0.0, 0.0, 0.0]
         self._trial_frames = self._trial_windows = 0
         self._voice_in_window = False
 
-    def _second_frame(self, render: bytes, capture: bytes, live_out: np.ndarray, audible: bool):
-        """The fresh filter on the same frame; returns the output to hear."""
-        from livekit.rtc import AudioFrame
-
+    def _second_frame(self, render: bytes, near: np.ndarray, live_out: np.ndarray, audible: bool):
+        """The fresh filter on the same frame; returns the output to hear. (Its linear output
+        is not heard until it is the live one: the trial judges the outputs, not that.)"""
         second = self._second
         assert second is not None
-        second.process_reverse_stream(AudioFrame(render, RATE, 1, FRAME))
-        second.set_stream_delay_ms(0)
-        frame = AudioFrame(capture, RATE, 1, FRAME)
-        second.process_stream(frame)
-        out = np.frombuffer(frame.data, dtype=np.int16).copy()
+        out, _ = second.frame(render, near)
         if audible:
             trial = self._trial
             trial[0] += float(np.mean(live_out.astype(np.float64) ** 2))
@@ -538,6 +581,8 @@ class EchoCanceller:
         if fresh:
             assert self._second is not None
             self._apm = self._second
+            if self._native:  # another linear filter from here: its ERLE is measured anew
+                self.linear_estimate.forget_erle()
         self._second = None
         self._use_second = False
         self.trials.append("fresh" if fresh else "kept")
@@ -573,8 +618,6 @@ class EchoCanceller:
             return out
 
     def _process(self, chunk: bytes, captured: float) -> bytes:
-        from livekit.rtc import AudioFrame
-
         samples = np.frombuffer(chunk, dtype="<i2")
         first = self._capture.first_sample(self._index(captured), len(samples))
         self._capture_index = first - len(self._pending)  # the next frame starts there
@@ -599,17 +642,10 @@ class EchoCanceller:
             if audible:
                 self._last_echo_index = self._capture_index
             render_pcm = _to_pcm16(ref)
-            render = AudioFrame(render_pcm, RATE, 1, FRAME)
-            self._apm.process_reverse_stream(render)
-            if self.settings.echo_cancellation:
-                self._apm.set_stream_delay_ms(0)
             near = pending[used : used + FRAME]
-            near_pcm = near.tobytes()
-            capture = AudioFrame(near_pcm, RATE, 1, FRAME)
-            self._apm.process_stream(capture)
-            out = np.frombuffer(capture.data, dtype=np.int16).copy()
+            out, lin = self._apm.frame(render_pcm, near)
             if self._second is not None:
-                out = self._second_frame(render_pcm, near_pcm, out, audible)
+                out = self._second_frame(render_pcm, near, out, audible)
             if audible:
                 self._count(near, out)
             echo = self._echo_possible()
@@ -618,6 +654,7 @@ class EchoCanceller:
             self.estimate.frame(ref_energy, mic_energy, out_energy, audible, echo)
             if self._linear is not None:
                 lin = self._linear.process(near, np.frombuffer(render_pcm, dtype=np.int16)).copy()
+            if lin is not None:
                 linear_outputs.append(lin)
                 lin_energy = float(np.mean(lin.astype(np.float64) ** 2)) * scale
                 self.linear_estimate.frame(ref_energy, mic_energy, lin_energy, audible, echo)
@@ -638,7 +675,7 @@ class EchoCanceller:
             self._chunk_residual, self._chunk_expected = residual / frames, expected / frames
             self._chunk_linear = linear / frames
             self._chunk_linear_expected = linear_expected / frames
-        if self._linear is not None:
+        if self.linear_filter:
             lin_all = np.concatenate(linear_outputs)
             short = len(samples) - len(lin_all)
             if short > 0:
@@ -683,14 +720,15 @@ class EchoCanceller:
 
     @property
     def linear_filter(self) -> bool:
-        """Whether the linear filter runs beside AEC3 (mdf.py loaded)."""
-        return self._linear is not None
+        """Whether a linear filter's output is at hand: our AEC3's own (aec3.py) or SpeexDSP's
+        beside livekit's AEC3 (mdf.py loaded)."""
+        return self._native or self._linear is not None
 
     @property
     def linear(self) -> bool:
         """Whether the linear filter's output is worth weighing now: it runs beside AEC3
         (linear_chunk is its output) and cancels at least LINEAR_MIN_ERLE_DB."""
-        return self._linear is not None and self.linear_estimate.erle_db >= LINEAR_MIN_ERLE_DB
+        return self.linear_filter and self.linear_estimate.erle_db >= LINEAR_MIN_ERLE_DB
 
     def evidence(self, probability: float, linear_probability: float | None = None) -> Evidence:
         """The last chunk processed, for turn_policy.decide, given its VAD probability (a
@@ -717,9 +755,12 @@ def _to_pcm16(samples: np.ndarray) -> bytes:
 
 
 def open_linear(settings: EchoSettings) -> Mdf | None:
-    """The linear filter beside AEC3, or None: off, or libspeexdsp cannot load (one log
-    line; barge-in then weighs AEC3's output alone, as before)."""
+    """SpeexDSP's linear filter beside livekit's AEC3 (EchoSettings.linear_filter "mdf"), or
+    None: off, or libspeexdsp cannot load (one log line; barge-in then weighs AEC3's output
+    alone, as before)."""
     if not (settings.echo_cancellation and settings.linear_barge_in):
+        return None
+    if settings.linear_filter != "mdf":
         return None
     try:
         return Mdf(FRAME, round(LINEAR_TAIL_SECONDS * RATE), RATE)

@@ -131,6 +131,8 @@ class EchoSettings:
     # that moves from reply to reply, and live it never reached its gate (docs/room.md,
     # session 14); the lab turns it on (room.offline --linear).
     linear_barge_in: bool = False
+    # Whose linear output: "mdf" (SpeexDSP's) or "aec3", AEC3's own (audio/aec3.py, native/aec3).
+    linear_filter: str = "mdf"
 
     @property
     def active(self) -> bool:

@@ -2,9 +2,10 @@
 AEC3's ERLE estimate and that of the linear filter beside it (EchoSettings.linear_barge_in),
 reply by reply, with the room's clock drift and a per-reply move of the echo's delay (`--move
 S`: each reply's reference placed up to S seconds early, as a speaker command reopened or a
-room's tick moves it). A linear filter needs the echo to stay put (docs/room.md, session 14).
+room's tick moves it). SpeexDSP's linear filter needs the echo to stay put (docs/room.md,
+session 14); AEC3's own (`--linear-filter aec3`, native/aec3) follows it (session 15).
 
-    python -m pivoice_lab.room.converge --room=-6 --drift 0 --move 0.005
+    python -m pivoice_lab.room.converge --room=-6 --drift 0 --move 0.005 [--linear-filter aec3]
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def settle(
     reply_s: float = 2.5,
     move_s: float = 0.0,
     seed: int = 1,
+    linear_filter: str = "mdf",
 ) -> list[tuple[float, float]]:
     """(linear ERLE, AEC3 ERLE) estimates in dB after each of `replies` replies, each the
     first `reply_s` of `reply`, GAP_S apart."""
@@ -46,7 +48,7 @@ def settle(
     for start in starts:
         out[start : start + len(played)] = played
     mic = EchoPath(room).process(out) + NoiseFloor(room.noise_dbfs, room.seed).block(total)
-    canceller = EchoCanceller(EchoSettings(linear_barge_in=True))
+    canceller = EchoCanceller(EchoSettings(linear_barge_in=True, linear_filter=linear_filter))
     moves = np.random.default_rng(seed).uniform(-move_s, 0.0, replies)
     piece = round(rate * 0.02) * 2
     for start, move in zip(starts, moves, strict=True):
@@ -69,13 +71,20 @@ def main() -> None:  # pragma: no cover - a lab tool
     parser.add_argument("--drift", type=float, help="ppm (default: the room's)")
     parser.add_argument("--move", type=float, default=0.0, help="s, per reply")
     parser.add_argument("--replies", type=int, default=8)
+    parser.add_argument("--linear-filter", default="mdf", help="mdf or aec3 (native/aec3)")
+    parser.add_argument("--aec3-blocks", type=int, help="AEC3's filter length, 4 ms blocks")
     parser.add_argument("--corpus", type=Path, default=Path("/tmp/pivoice-offline-corpus"))
     args = parser.parse_args()
     room = ROOMS[args.room]
+    if args.aec3_blocks is not None:
+        from wyoming_pivoice.audio import aec3 as native
+
+        native.FILTER_BLOCKS = args.aec3_blocks
     if args.drift is not None:
         room = replace(room, drift_ppm=args.drift)
     for n, (linear, aec3) in enumerate(settle(room, _reply(args.corpus / "reply.pcm"),
-                                              args.replies, move_s=args.move), 1):  # fmt: skip
+                                              args.replies, move_s=args.move,
+                                              linear_filter=args.linear_filter), 1):  # fmt: skip
         print(f"after reply {n}: linear filter {linear:.1f} dB, AEC3 {aec3:.1f} dB")
 
 

@@ -17,11 +17,16 @@ bench under load decides (docs/room.md, session 9-10).
 is now on that evidence in seconds, without AEC3 or Silero (`replay`): exact up to a
 scene's first recorded barge-in (the canceller restarts its second filter there), so a
 variant that decides sooner is scored exactly, one that decides later a little harshly.
+With `--linear --linear-gate 0` the linear filter's evidence is recorded on every chunk
+with its ERLE estimate, so `--replay` can score any gate (`--replay-gate DB`) or none of it
+(`--replay-gate off`: AEC3's rules alone) on one recording (the second Silero's state then
+runs on where the live one is reset when the gate opens: close, not exact).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import statistics
 from collections.abc import Iterable
@@ -70,6 +75,7 @@ class Outcome:
     # Every chunk's evidence, with its end in seconds after the voice's onset (or the first
     # reply's start), when `record`: a policy variant replays on it (`replay`).
     evidence: list[tuple[float, Evidence]] = field(default_factory=list)
+    linear_erle: list[float] = field(default_factory=list)  # per recorded chunk: its estimate
 
 
 def run_scene(
@@ -110,6 +116,7 @@ def run_scene(
         chunk_end = lo + CHUNK_SAMPLES
         if record:
             outcome.evidence.append(((chunk_end - (onset or first)) / RATE, evidence))
+            outcome.linear_erle.append(canceller.linear_estimate.erle_db)
         speaking = onset is not None and end is not None and onset < chunk_end <= end + RATE // 4
         if speaking and onset is not None and chunk_end - onset <= RATE // 2:
             excess, lin = evidence.excess_db, evidence.linear_excess_db
@@ -131,14 +138,21 @@ def run_scene(
     return outcome
 
 
-def replay(outcome: Outcome, policy: TurnPolicy) -> Outcome:
+def replay(outcome: Outcome, policy: TurnPolicy, linear_gate_db: float | None = None) -> Outcome:
     """`outcome`'s scene scored again from its recorded evidence (run_scene with `record`)
-    by a FastBargeIn of `policy`: what the turn policy as it is now decides there."""
+    by a FastBargeIn of `policy`: what the turn policy as it is now decides there. With
+    `linear_gate_db` the linear filter's evidence counts only where its recorded ERLE
+    estimate was at least that (inf: never, AEC3's rules alone)."""
     again = Outcome(outcome.scene, user_db=outcome.user_db, echo_db=outcome.echo_db,
                     voice_s=outcome.voice_s)  # fmt: skip
     fast = FastBargeIn(policy)
     voice_s = outcome.voice_s if outcome.scene["onset_s"] is not None else None
-    for at, evidence in outcome.evidence:  # `at`: after the onset (or the first reply's start)
+    erles = outcome.linear_erle or [math.inf] * len(outcome.evidence)
+    for (at, evidence), erle in zip(outcome.evidence, erles, strict=True):
+        # `at`: after the onset (or the first reply's start)
+        if linear_gate_db is not None and erle < linear_gate_db:
+            evidence = replace(evidence, linear_probability=None, linear_residual_db=None,
+                               linear_expected_db=None)  # fmt: skip
         if not fast.step(evidence, in_speech=False):
             continue
         if voice_s is not None and 0 < at <= voice_s + 0.25:  # run_scene's "speaking"
@@ -199,12 +213,22 @@ def main() -> None:  # pragma: no cover - a lab tool
         "--linear", action="store_true", help="the linear filter beside AEC3 (EchoSettings)"
     )
     parser.add_argument("--drift", type=float, help="every room's drift (ppm), e.g. 0: one clock")
+    parser.add_argument(
+        "--linear-filter", default="mdf", help="mdf (SpeexDSP's) or aec3 (AEC3's own, native/aec3)"
+    )
+    parser.add_argument("--linear-gate", type=float, help="dB (echo.LINEAR_MIN_ERLE_DB)")
+    parser.add_argument("--aec3-blocks", type=int, help="AEC3's filter length in 4 ms blocks")
+    parser.add_argument("--replay-gate", help="dB, or off: the linear gate on --replay")
     args = parser.parse_args()
     if args.replay:
         policy = policy_from(VadSettings())
         recorded = pickle.loads(args.replay.read_bytes())
-        _report([replay(o, policy) for o in recorded], args.gains, args.json)
+        gate = None
+        if args.replay_gate is not None:
+            gate = math.inf if args.replay_gate == "off" else float(args.replay_gate)
+        _report([replay(o, policy, gate) for o in recorded], args.gains, args.json)
         return
+    _set_linear(args.linear_gate, args.aec3_blocks)
     reply = _reply(args.corpus / "reply.pcm")
     corpus = build(args.corpus)
     users = [u for u in corpus if u.kind == "command"][: args.users]
@@ -216,18 +240,23 @@ def main() -> None:  # pragma: no cover - a lab tool
         rooms = [replace(room, drift_ppm=args.drift) for room in rooms]
     vad = SileroVad()
     linear_vad = SileroVad() if args.linear else None
+    settings = EchoSettings(linear_barge_in=args.linear, linear_filter=args.linear_filter)
     record = args.record is not None
     outcomes = []
     for room in rooms:
         alone = Scene(room, onset_s=None)
-        outcomes.append(run_scene(alone, reply, None, vad, record=record, linear_vad=linear_vad))
+        outcomes.append(
+            run_scene(alone, reply, None, vad, record=record, linear_vad=linear_vad,
+                      echo_settings=settings)
+        )  # fmt: skip
         for name, voice in voices:
             for gain in (float(g) for g in args.gains.split(",")):
                 for onset in (float(o) for o in args.onsets.split(",")):
                     scene = Scene(room, onset, gain, user=name)
                     outcomes.append(
-                        run_scene(scene, reply, voice, vad, record=record, linear_vad=linear_vad)
-                    )
+                        run_scene(scene, reply, voice, vad, record=record,
+                                  linear_vad=linear_vad, echo_settings=settings)
+                    )  # fmt: skip
     if args.record:
         args.record.write_bytes(pickle.dumps(outcomes))
     _report(outcomes, args.gains, args.json)
@@ -252,8 +281,18 @@ def _report(outcomes: list[Outcome], gains: str, path: Path | None) -> None:  # 
     report = {"all": summarise(outcomes), "by_gain": by_gain, "by_room": by_room}
     print(json.dumps(report, indent=1))
     if path:
-        kept = [asdict(o) | {"evidence": []} for o in outcomes]
+        kept = [asdict(o) | {"evidence": [], "linear_erle": []} for o in outcomes]
         path.write_text(json.dumps([*kept, report], indent=1))
+
+
+def _set_linear(gate_db: float | None, blocks: int | None) -> None:  # pragma: no cover
+    """The lab's knobs on the linear filter: its ERLE gate and AEC3's filter length."""
+    from wyoming_pivoice.audio import aec3, echo
+
+    if gate_db is not None:
+        echo.LINEAR_MIN_ERLE_DB = gate_db
+    if blocks is not None:
+        aec3.FILTER_BLOCKS = blocks
 
 
 REPLY = (

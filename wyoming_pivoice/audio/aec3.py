@@ -1,0 +1,57 @@
+"""WebRTC's AEC3 with its own linear filter's output (native/aec3: `pivoice_aec3`, built from
+the webrtc-audio-processing 1.3 source in webrtc-noise-gain's sdist; see its build.sh).
+
+The linear output is the microphone less AEC3's adaptive filter's estimate of the echo, taken
+before AEC3's residual-echo suppressor: a voice that starts over a loud reply passes it at its
+own level, where the suppressor takes it apart for 300-500 ms (docs/room.md, sessions 13-15).
+Unlike SpeexDSP's MDF beside livekit's AEC3 (mdf.py), it is AEC3's own filter: it follows the
+echo's delay (AEC3's delay estimator) and the speakers' clock drift, and one AEC3 gives both
+outputs. Where the extension is not installed `load` raises ImportError.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .format import RATE
+
+FRAME = RATE // 100
+# AEC3's linear filters' length in 4 ms blocks after the delay it estimates (0: AEC3's 13).
+FILTER_BLOCKS = 0
+
+
+class Aec3:
+    """One APM with AEC3 (noise suppression and gain control off): 16 kHz mono, 10 ms frames.
+    `frame` takes one render frame and the capture frame of the same instant and returns
+    (echo-cancelled, linear output), int16."""
+
+    def __init__(
+        self, high_pass_filter: bool, linear_output: bool = True, filter_blocks: int | None = None
+    ) -> None:
+        import pivoice_aec3
+
+        blocks = FILTER_BLOCKS if filter_blocks is None else filter_blocks
+        self._aec: Any = pivoice_aec3.Aec3(
+            high_pass_filter=high_pass_filter, linear_output=linear_output, filter_blocks=blocks
+        )
+
+    def frame(self, render: bytes, near: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        self._aec.process_reverse(np.frombuffer(render, dtype=np.int16))
+        self._aec.set_stream_delay_ms(0)
+        out, linear = self._aec.process(np.ascontiguousarray(near, dtype=np.int16))
+        return out, linear
+
+    def statistics(self) -> dict[str, float | None]:
+        """AEC3's own ERL, ERLE (dB) and delay (ms) estimates."""
+        return dict(self._aec.statistics())
+
+
+def available() -> bool:
+    """Whether the extension is installed here."""
+    try:
+        import pivoice_aec3  # noqa: F401
+    except ImportError:
+        return False
+    return True
