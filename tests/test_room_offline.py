@@ -105,3 +105,24 @@ def test_the_linear_filter_needs_the_echo_to_stay_put(parts):
     assert still[-1][0] >= LINEAR_MIN_ERLE_DB
     moving = settle(shared, reply, replies=5, move_s=0.005)
     assert moving[-1][0] < LINEAR_MIN_ERLE_DB <= moving[-1][1]
+
+
+def test_a_recording_with_the_gate_open_replays_any_gate(parts, monkeypatch):
+    """`--linear-gate 0 --record`, then `--replay-gate`: the linear filter's evidence is kept
+    on every chunk with its ERLE estimate, so one recording scores any gate; a gate out of
+    reach leaves AEC3's rules alone (session 15)."""
+    import math
+
+    from wyoming_pivoice.audio import echo
+    from wyoming_pivoice.satellite import EchoSettings, VadSettings, policy_from
+
+    reply, user, vad = parts
+    monkeypatch.setattr(echo, "LINEAR_MIN_ERLE_DB", 0.0)
+    on = {"linear_vad": SileroVad(), "echo_settings": EchoSettings(linear_barge_in=True)}
+    scene = Scene(replace(ROOM, drift_ppm=0.0), onset_s=1.5, gain_db=-3.0)
+    outcome = run_scene(scene, reply, user, vad, record=True, **on)
+    assert len(outcome.linear_erle) == len(outcome.evidence)
+    # AEC3's own rule out of reach: what is found is the linear filter's doing.
+    deaf = replace(policy_from(VadSettings()), residual_margin_db=200.0)
+    assert replay(outcome, deaf, linear_gate_db=0.0).detected_after_s is not None
+    assert replay(outcome, deaf, linear_gate_db=math.inf).detected_after_s is None

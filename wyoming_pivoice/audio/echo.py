@@ -131,6 +131,18 @@ class LivekitApm:
 Apm = LivekitApm | Aec3
 
 
+def tune_linear(min_erle_db: float | None = None, aec3_blocks: int | None = None) -> None:
+    """The lab's knobs on the linear barge-in (room.offline, room.converge): the ERLE gate
+    (LINEAR_MIN_ERLE_DB) and AEC3's linear filter length in 4 ms blocks (aec3.FILTER_BLOCKS)."""
+    global LINEAR_MIN_ERLE_DB
+    if min_erle_db is not None:
+        LINEAR_MIN_ERLE_DB = min_erle_db
+    if aec3_blocks is not None:
+        from . import aec3
+
+        aec3.FILTER_BLOCKS = aec3_blocks
+
+
 def load_apm(settings: EchoSettings, native: bool = False) -> Apm:
     """The APM: livekit's, or (`native`) our AEC3 with its linear output (aec3.py)."""
     if native:

@@ -17,7 +17,13 @@ from pathlib import Path
 import numpy as np
 from wyoming.audio import AudioFormat
 
-from wyoming_pivoice.audio import CHUNK_SAMPLES, CHUNK_SECONDS, EchoCanceller, float_to_pcm16
+from wyoming_pivoice.audio import (
+    CHUNK_SAMPLES,
+    CHUNK_SECONDS,
+    EchoCanceller,
+    float_to_pcm16,
+    tune_linear,
+)
 from wyoming_pivoice.satellite import EchoSettings
 
 from .acoustics import EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
@@ -76,10 +82,7 @@ def main() -> None:  # pragma: no cover - a lab tool
     parser.add_argument("--corpus", type=Path, default=Path("/tmp/pivoice-offline-corpus"))
     args = parser.parse_args()
     room = ROOMS[args.room]
-    if args.aec3_blocks is not None:
-        from wyoming_pivoice.audio import aec3 as native
-
-        native.FILTER_BLOCKS = args.aec3_blocks
+    tune_linear(aec3_blocks=args.aec3_blocks)
     if args.drift is not None:
         room = replace(room, drift_ppm=args.drift)
     for n, (linear, aec3) in enumerate(settle(room, _reply(args.corpus / "reply.pcm"),

@@ -42,6 +42,7 @@ from wyoming_pivoice.audio import (
     FastBargeIn,
     LinearScore,
     float_to_pcm16,
+    tune_linear,
 )
 from wyoming_pivoice.engines import SileroVad
 from wyoming_pivoice.satellite import EchoSettings, Evidence, TurnPolicy, VadSettings, policy_from
@@ -87,6 +88,7 @@ def run_scene(
     record: bool = False,
     linear_vad: SileroVad | None = None,
     echo_settings: EchoSettings | None = None,
+    policy: TurnPolicy | None = None,
 ) -> Outcome:
     """Two replies through `scene.room`; `user` (16 kHz float) over the second at its onset."""
     two = two_replies(scene.room, reply, user, scene.onset_s, scene.gain_db, gap_s=scene.gap_s)
@@ -103,7 +105,7 @@ def run_scene(
     linear = LinearScore(linear_vad) if linear_vad is not None else None
     two.feed_reference(canceller, scene.ref_late_ms / 1000)
     vad.reset()
-    policy = policy_from(vad_settings or VadSettings())
+    policy = policy or policy_from(vad_settings or VadSettings())
     fast = FastBargeIn(policy)
     for n in range(total // CHUNK_SAMPLES):
         lo = n * CHUNK_SAMPLES
@@ -219,16 +221,25 @@ def main() -> None:  # pragma: no cover - a lab tool
     parser.add_argument("--linear-gate", type=float, help="dB (echo.LINEAR_MIN_ERLE_DB)")
     parser.add_argument("--aec3-blocks", type=int, help="AEC3's filter length in 4 ms blocks")
     parser.add_argument("--replay-gate", help="dB, or off: the linear gate on --replay")
+    parser.add_argument("--linear-rule", help="threshold,margin dB,frames (TurnPolicy.linear_*)")
     args = parser.parse_args()
+    policy = policy_from(VadSettings())
+    if args.linear_rule:
+        threshold, margin, frames = args.linear_rule.split(",")
+        policy = replace(
+            policy,
+            linear_threshold=float(threshold),
+            linear_margin_db=float(margin),
+            linear_min_speech_frames=int(frames),
+        )
     if args.replay:
-        policy = policy_from(VadSettings())
         recorded = pickle.loads(args.replay.read_bytes())
         gate = None
         if args.replay_gate is not None:
             gate = math.inf if args.replay_gate == "off" else float(args.replay_gate)
         _report([replay(o, policy, gate) for o in recorded], args.gains, args.json)
         return
-    _set_linear(args.linear_gate, args.aec3_blocks)
+    tune_linear(args.linear_gate, args.aec3_blocks)
     reply = _reply(args.corpus / "reply.pcm")
     corpus = build(args.corpus)
     users = [u for u in corpus if u.kind == "command"][: args.users]
@@ -247,7 +258,7 @@ def main() -> None:  # pragma: no cover - a lab tool
         alone = Scene(room, onset_s=None)
         outcomes.append(
             run_scene(alone, reply, None, vad, record=record, linear_vad=linear_vad,
-                      echo_settings=settings)
+                      echo_settings=settings, policy=policy)
         )  # fmt: skip
         for name, voice in voices:
             for gain in (float(g) for g in args.gains.split(",")):
@@ -255,7 +266,7 @@ def main() -> None:  # pragma: no cover - a lab tool
                     scene = Scene(room, onset, gain, user=name)
                     outcomes.append(
                         run_scene(scene, reply, voice, vad, record=record,
-                                  linear_vad=linear_vad, echo_settings=settings)
+                                  linear_vad=linear_vad, echo_settings=settings, policy=policy)
                     )  # fmt: skip
     if args.record:
         args.record.write_bytes(pickle.dumps(outcomes))
@@ -283,16 +294,6 @@ def _report(outcomes: list[Outcome], gains: str, path: Path | None) -> None:  # 
     if path:
         kept = [asdict(o) | {"evidence": [], "linear_erle": []} for o in outcomes]
         path.write_text(json.dumps([*kept, report], indent=1))
-
-
-def _set_linear(gate_db: float | None, blocks: int | None) -> None:  # pragma: no cover
-    """The lab's knobs on the linear filter: its ERLE gate and AEC3's filter length."""
-    from wyoming_pivoice.audio import aec3, echo
-
-    if gate_db is not None:
-        echo.LINEAR_MIN_ERLE_DB = gate_db
-    if blocks is not None:
-        aec3.FILTER_BLOCKS = blocks
 
 
 REPLY = (
