@@ -59,6 +59,7 @@ class Scene:
     ref_late_ms: float = 0.0
     user: str = ""  # a label
     gap_s: float = GAP_S  # between the replies (live: the question, the server's answer)
+    move_ms: float = 0.0  # the second reply's reference this much early: the delay moved
 
 
 @dataclass
@@ -103,7 +104,7 @@ def run_scene(
         echo_settings = EchoSettings(linear_barge_in=linear_vad is not None)
     canceller = EchoCanceller(echo_settings)
     linear = LinearScore(linear_vad) if linear_vad is not None else None
-    two.feed_reference(canceller, scene.ref_late_ms / 1000)
+    two.feed_reference(canceller, scene.ref_late_ms / 1000, scene.move_ms / 1000)
     vad.reset()
     policy = policy or policy_from(vad_settings or VadSettings())
     fast = FastBargeIn(policy)
@@ -222,6 +223,7 @@ def main() -> None:  # pragma: no cover - a lab tool
     parser.add_argument("--aec3-blocks", type=int, help="AEC3's filter length in 4 ms blocks")
     parser.add_argument("--replay-gate", help="dB, or off: the linear gate on --replay")
     parser.add_argument("--linear-rule", help="threshold,margin dB,frames (TurnPolicy.linear_*)")
+    parser.add_argument("--move", type=float, default=0.0, help="ms: the second reply's delay")
     args = parser.parse_args()
     policy = policy_from(VadSettings())
     if args.linear_rule:
@@ -255,7 +257,7 @@ def main() -> None:  # pragma: no cover - a lab tool
     record = args.record is not None
     outcomes = []
     for room in rooms:
-        alone = Scene(room, onset_s=None)
+        alone = Scene(room, onset_s=None, move_ms=args.move)
         outcomes.append(
             run_scene(alone, reply, None, vad, record=record, linear_vad=linear_vad,
                       echo_settings=settings, policy=policy)
@@ -263,7 +265,7 @@ def main() -> None:  # pragma: no cover - a lab tool
         for name, voice in voices:
             for gain in (float(g) for g in args.gains.split(",")):
                 for onset in (float(o) for o in args.onsets.split(",")):
-                    scene = Scene(room, onset, gain, user=name)
+                    scene = Scene(room, onset, gain, user=name, move_ms=args.move)
                     outcomes.append(
                         run_scene(scene, reply, voice, vad, record=record,
                                   linear_vad=linear_vad, echo_settings=settings, policy=policy)

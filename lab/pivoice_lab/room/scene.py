@@ -50,13 +50,16 @@ class TwoReplies:
     end: int | None = None  # the voice's last sample + 1
     user_db: float | None = None  # the voice's active level as mixed
 
-    def feed_reference(self, canceller: EchoCanceller, late_s: float = 0.0) -> None:
+    def feed_reference(
+        self, canceller: EchoCanceller, late_s: float = 0.0, second_early_s: float = 0.0
+    ) -> None:
         """Both replies handed to `canceller` as the speaker thread hands them: PIECE_S
-        blocks, each due when it plays (`late_s` later)."""
+        blocks, each due when it plays (`late_s` later); the second reply's `second_early_s`
+        earlier (the echo's delay moved between replies: a speaker command reopened)."""
         piece = round(self.fmt.rate * PIECE_S) * 2
-        for start in (self.first, self.second):
+        for start, early in ((self.first, 0.0), (self.second, second_early_s)):
             for i, offset in enumerate(range(0, len(self.pcm), piece)):
-                due = start / RATE + i * PIECE_S + late_s
+                due = start / RATE + i * PIECE_S + late_s - early
                 canceller.reference(self.pcm[offset : offset + piece], self.fmt, due)
 
 
