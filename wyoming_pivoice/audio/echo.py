@@ -1,4 +1,5 @@
-"""Echo cancellation on the capture path: WebRTC's AEC3 (livekit's AudioProcessingModule).
+"""Echo cancellation on the capture path: WebRTC's AEC3 (livekit's AudioProcessingModule; or,
+for the linear barge-in with EchoSettings.linear_filter "aec3", ours from native/aec3, aec3.py).
 
 The satellite plays every sample itself, so it holds the exact reference. Both streams
 are placed on one 16 kHz timeline of monotonic time:
