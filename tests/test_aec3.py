@@ -110,6 +110,61 @@ def test_without_the_extension_the_canceller_runs_livekits_aec3_alone(monkeypatc
     caplog.set_level(logging.WARNING)
     canceller = EchoCanceller(EchoSettings(linear_barge_in=True, linear_filter="aec3"))
     assert not canceller.linear_filter and not canceller.linear
-    assert "No AEC3 linear output" in caplog.text
+    assert "No AEC3 of ours" in caplog.text
     out = canceller.process(bytes(CHUNK_SAMPLES * 2), CHUNK_SECONDS)
     assert len(out) == CHUNK_SAMPLES * 2 and canceller.linear_chunk is None
+    ours = EchoCanceller(EchoSettings(canceller="aec3"))  # livekit's in its place
+    assert len(ours.process(bytes(CHUNK_SAMPLES * 2), CHUNK_SECONDS)) == CHUNK_SAMPLES * 2
+
+
+def test_the_config_reaches_aec3s_suppressor(speech):
+    """Our binding takes EchoCanceller3Config fields by name: a suppressor told to let
+    everything through (its normal tuning's masks far over any echo-to-nearend ratio) leaves
+    the residual echo in, where AEC3's defaults take it out; a wrong field is an error."""
+    pivoice_aec3 = pytest.importorskip("pivoice_aec3")
+    from wyoming_pivoice.audio.aec3 import Aec3
+
+    assert "suppressor.dominant_nearend_detection.trigger_threshold" in pivoice_aec3.CONFIG_FIELDS
+    with pytest.raises(ValueError, match="unknown AEC3 config field"):
+        Aec3(high_pass_filter=False, config={"suppressor.no_such_field": 1.0})
+    with pytest.raises(ValueError, match="valid ranges"):  # Validate would clamp it
+        Aec3(high_pass_filter=False, config={"suppressor.normal_tuning.max_inc_factor": -1.0})
+    far, _ = speech
+    far = far[: len(far) // FRAME * FRAME]
+    to16 = lambda x: (np.clip(x, -1, 1) * 32767).astype(np.int16)  # noqa: E731
+    mic = to16(EchoPath(ROOM).process(far))
+    transparent = {
+        f"suppressor.normal_tuning.{band}.{field}": value
+        for band in ("mask_lf", "mask_hf")
+        for field, value in (("enr_transparent", 99.0), ("enr_suppress", 100.0),
+                             ("emr_transparent", 99.0))
+    }  # fmt: skip
+    residual = {}
+    for name, config in (("default", {}), ("transparent", transparent)):
+        aec = Aec3(high_pass_filter=False, linear_output=False, config=config)
+        outs = []
+        for i in range(0, len(far), FRAME):
+            out, linear = aec.frame(to16(far[i : i + FRAME]).tobytes(), mic[i : i + FRAME])
+            assert linear is None  # no linear output asked for
+            outs.append(out)
+        settled = slice(len(far) - 2 * RATE, len(far))
+        residual[name] = _db(mic[settled]) - _db(np.concatenate(outs)[settled])
+    assert residual["default"] >= 20  # dB taken off the echo
+    assert residual["transparent"] <= residual["default"] - 10
+
+
+def test_the_canceller_can_run_our_aec3_in_place_of_livekits(speech):
+    """EchoSettings.canceller "aec3": our AEC3's output, AEC3's rules, no linear filter."""
+    pytest.importorskip("pivoice_aec3")
+    far, _ = speech
+    canceller = EchoCanceller(EchoSettings(canceller="aec3"))
+    assert not canceller.linear_filter
+    echo = EchoPath(ROOM).process(far)
+    fmt = AudioFormat(RATE, 2, 1)
+    canceller.reference((np.clip(far, -1, 1) * 32767).astype("<i2").tobytes(), fmt, 0.0)
+    for n in range(len(echo) // CHUNK_SAMPLES):
+        chunk = echo[n * CHUNK_SAMPLES : (n + 1) * CHUNK_SAMPLES]
+        canceller.process((np.clip(chunk, -1, 1) * 32767).astype("<i2").tobytes(),
+                          (n + 1) * CHUNK_SECONDS)  # fmt: skip
+        assert canceller.linear_chunk is None
+    assert canceller.estimate.erle_db >= 20

@@ -1,5 +1,6 @@
-"""Echo cancellation on the capture path: WebRTC's AEC3 (livekit's AudioProcessingModule; or,
-for the linear barge-in with EchoSettings.linear_filter "aec3", ours from native/aec3, aec3.py).
+"""Echo cancellation on the capture path: WebRTC's AEC3 (livekit's AudioProcessingModule; or
+ours from native/aec3, aec3.py: EchoSettings.canceller "aec3", or the linear barge-in with
+EchoSettings.linear_filter "aec3").
 
 The satellite plays every sample itself, so it holds the exact reference. Both streams
 are placed on one 16 kHz timeline of monotonic time:
@@ -132,40 +133,54 @@ class LivekitApm:
 Apm = LivekitApm | Aec3
 
 
-def tune_linear(min_erle_db: float | None = None, aec3_blocks: int | None = None) -> None:
-    """The lab's knobs on the linear barge-in (room.offline, room.converge): the ERLE gate
-    (LINEAR_MIN_ERLE_DB) and AEC3's linear filter length in 4 ms blocks (aec3.FILTER_BLOCKS)."""
+def tune_linear(
+    min_erle_db: float | None = None,
+    aec3_blocks: int | None = None,
+    aec3_config: dict[str, float | int | bool] | None = None,
+) -> None:
+    """The lab's knobs on the linear barge-in and our AEC3 (room.offline, room.converge): the
+    ERLE gate (LINEAR_MIN_ERLE_DB), AEC3's linear filter length in 4 ms blocks
+    (aec3.FILTER_BLOCKS) and its config's fields (aec3.CONFIG: the suppressor's)."""
     global LINEAR_MIN_ERLE_DB
     if min_erle_db is not None:
         LINEAR_MIN_ERLE_DB = min_erle_db
-    if aec3_blocks is not None:
-        from . import aec3
+    from . import aec3
 
+    if aec3_blocks is not None:
         aec3.FILTER_BLOCKS = aec3_blocks
+    if aec3_config is not None:
+        aec3.CONFIG = dict(aec3_config)
 
 
 def load_apm(settings: EchoSettings, native: bool = False) -> Apm:
-    """The APM: livekit's, or (`native`) our AEC3 with its linear output (aec3.py)."""
+    """The APM: livekit's, or (`native`) our AEC3 (aec3.py), with its linear output when the
+    linear barge-in asks for it."""
     if native:
-        return Aec3(settings.high_pass_filter)
+        return Aec3(settings.high_pass_filter, linear_output=_wants_native_linear(settings))
     return LivekitApm(settings)
 
 
+def _wants_native_linear(settings: EchoSettings) -> bool:
+    return settings.linear_barge_in and settings.linear_filter == "aec3"
+
+
 def native_linear(settings: EchoSettings) -> bool:
-    """Whether the canceller runs our AEC3 (aec3.py) for its linear output: the linear
-    barge-in asked of it (EchoSettings.linear_filter "aec3"), and the extension installed —
-    otherwise livekit's APM and AEC3's rules alone (one log line). Our binding runs no noise
-    suppression or gain control: with those asked for, livekit's."""
-    if not (settings.echo_cancellation and settings.linear_barge_in):
+    """Whether the canceller runs our AEC3 (aec3.py): asked for (EchoSettings.canceller "aec3",
+    or the linear barge-in with linear_filter "aec3", for its linear output), and the extension
+    installed — otherwise livekit's APM and AEC3's rules alone (one log line). Our binding runs
+    no noise suppression or gain control: with those asked for, livekit's."""
+    if not settings.echo_cancellation:
         return False
-    if settings.linear_filter != "aec3" or settings.noise_suppression or settings.auto_gain_control:
+    if not (settings.canceller == "aec3" or _wants_native_linear(settings)):
+        return False
+    if settings.noise_suppression or settings.auto_gain_control:
         return False
     try:
         import pivoice_aec3  # noqa: F401
     except ImportError as err:
         _LOGGER.warning(
-            "No AEC3 linear output for barge-in (%s; native/aec3/build.sh builds it): livekit's "
-            "AEC3 alone, a voice that starts under a loud reply is heard later",
+            "No AEC3 of ours (%s; native/aec3/build.sh builds it): livekit's AEC3, and no "
+            "linear output for barge-in",
             err,
         )
         return False
@@ -457,8 +472,10 @@ class EchoCanceller:
 
     def __init__(self, settings: EchoSettings) -> None:
         self.settings = settings
-        # Our AEC3 (aec3.py) gives its own linear filter's output beside its output.
+        # Our AEC3 (aec3.py; its suppressor tunable), which may give its own linear filter's
+        # output beside its output.
         self._native = native_linear(settings)
+        self._native_linear = self._native and _wants_native_linear(settings)
         self._apm = load_apm(settings, self._native)
         # After a barge-in: the fresh filter beside the live one, which of the two is heard,
         # and the trial's residual energies (window; all windows without the user's voice).
@@ -486,7 +503,7 @@ class EchoCanceller:
         self._chunk_expected = 0.0  # …and what the echo alone would have left of it
         # The linear filter beside AEC3 (mdf.py), for the barge-in decision alone: its output
         # keeps a voice AEC3's suppression takes off; None where off or not loadable.
-        self._linear = None if self._native else open_linear(settings)
+        self._linear = None if self._native_linear else open_linear(settings)
         self.linear_estimate = EchoEstimate(converge_frames=0, onset_frames=0)
         self._linear_out: np.ndarray | None = None
         self.linear_chunk: bytes | None = None  # the last chunk's linear output (aligned)
@@ -594,7 +611,7 @@ class EchoCanceller:
         if fresh:
             assert self._second is not None
             self._apm = self._second
-            if self._native:  # another linear filter from here: its ERLE is measured anew
+            if self._native_linear:  # another linear filter from here: its ERLE is measured anew
                 self.linear_estimate.forget_erle()
         self._second = None
         self._use_second = False
@@ -735,7 +752,7 @@ class EchoCanceller:
     def linear_filter(self) -> bool:
         """Whether a linear filter's output is at hand: our AEC3's own (aec3.py) or SpeexDSP's
         beside livekit's AEC3 (mdf.py loaded)."""
-        return self._native or self._linear is not None
+        return self._native_linear or self._linear is not None
 
     @property
     def linear(self) -> bool:

@@ -133,6 +133,9 @@ class EchoSettings:
     linear_barge_in: bool = False
     # Whose linear output: "mdf" (SpeexDSP's) or "aec3", AEC3's own (audio/aec3.py, native/aec3).
     linear_filter: str = "mdf"
+    # Whose AEC3: "livekit" (its APM) or "aec3", ours (audio/aec3.py, native/aec3), whose
+    # suppressor the lab can tune (aec3.CONFIG); livekit's where ours is not installed.
+    canceller: str = "livekit"
 
     @property
     def active(self) -> bool:
