@@ -27,7 +27,7 @@ from wyoming_pivoice.audio import (
 from wyoming_pivoice.satellite import EchoSettings
 
 from .acoustics import EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
-from .offline import ROOMS, _reply
+from .offline import ROOMS, _reply, aec3_config
 from .scene import RATE
 
 GAP_S = 3.0
@@ -41,6 +41,7 @@ def settle(
     move_s: float = 0.0,
     seed: int = 1,
     linear_filter: str = "mdf",
+    canceller_kind: str = "livekit",
 ) -> list[tuple[float, float]]:
     """(linear ERLE, AEC3 ERLE) estimates in dB after each of `replies` replies, each the
     first `reply_s` of `reply`, GAP_S apart."""
@@ -54,7 +55,9 @@ def settle(
     for start in starts:
         out[start : start + len(played)] = played
     mic = EchoPath(room).process(out) + NoiseFloor(room.noise_dbfs, room.seed).block(total)
-    canceller = EchoCanceller(EchoSettings(linear_barge_in=True, linear_filter=linear_filter))
+    canceller = EchoCanceller(
+        EchoSettings(linear_barge_in=True, linear_filter=linear_filter, canceller=canceller_kind)
+    )
     moves = np.random.default_rng(seed).uniform(-move_s, 0.0, replies)
     piece = round(rate * 0.02) * 2
     for start, move in zip(starts, moves, strict=True):
@@ -80,14 +83,17 @@ def main() -> None:  # pragma: no cover - a lab tool
     parser.add_argument("--linear-filter", default="mdf", help="mdf or aec3 (native/aec3)")
     parser.add_argument("--aec3-blocks", type=int, help="AEC3's filter length, 4 ms blocks")
     parser.add_argument("--corpus", type=Path, default=Path("/tmp/pivoice-offline-corpus"))
+    parser.add_argument("--canceller", default="livekit", help="livekit or aec3 (ours)")
+    parser.add_argument("--aec3-config", default="", help="field=value,... (our AEC3's config)")
     args = parser.parse_args()
     room = ROOMS[args.room]
-    tune_linear(aec3_blocks=args.aec3_blocks)
+    tune_linear(aec3_blocks=args.aec3_blocks, aec3_config=aec3_config(args.aec3_config))
     if args.drift is not None:
         room = replace(room, drift_ppm=args.drift)
     for n, (linear, aec3) in enumerate(settle(room, _reply(args.corpus / "reply.pcm"),
                                               args.replies, move_s=args.move,
-                                              linear_filter=args.linear_filter), 1):  # fmt: skip
+                                              linear_filter=args.linear_filter,
+                                              canceller_kind=args.canceller), 1):  # fmt: skip
         print(f"after reply {n}: linear filter {linear:.1f} dB, AEC3 {aec3:.1f} dB")
 
 

@@ -29,6 +29,7 @@ import json
 import math
 import pickle
 import statistics
+import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -78,6 +79,8 @@ class Outcome:
     # reply's start), when `record`: a policy variant replays on it (`replay`).
     evidence: list[tuple[float, Evidence]] = field(default_factory=list)
     linear_erle: list[float] = field(default_factory=list)  # per recorded chunk: its estimate
+    erle_db: float | None = None  # the canceller's ERLE estimate at the scene's end
+    process_ms: float | None = None  # the canceller's median time per 32 ms chunk
 
 
 def run_scene(
@@ -108,10 +111,15 @@ def run_scene(
     vad.reset()
     policy = policy or policy_from(vad_settings or VadSettings())
     fast = FastBargeIn(policy)
+    costs: list[float] = []
     for n in range(total // CHUNK_SAMPLES):
         lo = n * CHUNK_SAMPLES
         chunk = float_to_pcm16(mic[lo : lo + CHUNK_SAMPLES])
+        started = time.perf_counter()
         cleaned = canceller.process(chunk, (n + 1) * CHUNK_SECONDS)
+        costs.append(time.perf_counter() - started)
+        outcome.erle_db = round(canceller.estimate.erle_db, 1)
+        outcome.process_ms = round(statistics.median(costs) * 1000, 3)
         samples = np.frombuffer(cleaned, dtype="<i2").astype(np.float32) / 32768
         probability = vad.probability(samples)
         linear_probability = linear.score(canceller) if linear is not None else None
@@ -177,7 +185,42 @@ def summarise(outcomes: Iterable[Outcome], within_s: float = 0.3) -> dict:
         "decided_within": sum(d <= within_s for d in detected),
         "median_decision_s": statistics.median(detected) if detected else None,
         "self_barge_ins": sum(len(o.self_barge_ins) for o in outcomes),
+        # echo alone: the canceller's ERLE estimate at the scene's end (dB)
+        "echo_alone_erle_db": [o.erle_db for o in outcomes if o.scene["onset_s"] is None],
+        "median_process_ms": _median(o.process_ms for o in outcomes),
     }
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return round(statistics.median(kept), 3) if kept else None
+
+
+def aec3_config(text: str) -> dict[str, float | int | bool]:
+    """`--aec3-config`: "field=value,..." with each field an EchoCanceller3Config path
+    (pivoice_aec3.CONFIG_FIELDS) or its unique ending ("trigger_threshold",
+    "nearend_tuning.mask_lf.enr_transparent"); values true/false, integers or floats."""
+    if not text:
+        return {}
+    import pivoice_aec3
+
+    fields: list[str] = list(pivoice_aec3.CONFIG_FIELDS)
+    config: dict[str, float | int | bool] = {}
+    for item in filter(None, text.split(",")):
+        key, value = item.split("=")
+        matches = [f for f in fields if f == key or f.endswith("." + key)]
+        if len(matches) != 1:
+            raise SystemExit(f"--aec3-config {key}: {len(matches)} fields match")
+        low = value.lower()
+        parsed: float | int | bool
+        if low in ("true", "false"):
+            parsed = low == "true"
+        elif value.lstrip("-").isdigit():
+            parsed = int(value)
+        else:
+            parsed = float(value)
+        config[matches[0]] = parsed
+    return config
 
 
 # The issue's two target rooms (the bench's), and rooms no rule was tuned on (session 13):
@@ -224,6 +267,10 @@ def main() -> None:  # pragma: no cover - a lab tool
     parser.add_argument("--replay-gate", help="dB, or off: the linear gate on --replay")
     parser.add_argument("--linear-rule", help="threshold,margin dB,frames (TurnPolicy.linear_*)")
     parser.add_argument("--move", type=float, default=0.0, help="ms: the second reply's delay")
+    parser.add_argument(
+        "--canceller", default="livekit", help="livekit or aec3 (ours, EchoSettings.canceller)"
+    )
+    parser.add_argument("--aec3-config", default="", help="field=value,... (our AEC3's config)")
     args = parser.parse_args()
     policy = policy_from(VadSettings())
     if args.linear_rule:
@@ -241,7 +288,7 @@ def main() -> None:  # pragma: no cover - a lab tool
             gate = math.inf if args.replay_gate == "off" else float(args.replay_gate)
         _report([replay(o, policy, gate) for o in recorded], args.gains, args.json)
         return
-    tune_linear(args.linear_gate, args.aec3_blocks)
+    tune_linear(args.linear_gate, args.aec3_blocks, aec3_config(args.aec3_config))
     reply = _reply(args.corpus / "reply.pcm")
     corpus = build(args.corpus)
     users = [u for u in corpus if u.kind == "command"][: args.users]
@@ -253,7 +300,9 @@ def main() -> None:  # pragma: no cover - a lab tool
         rooms = [replace(room, drift_ppm=args.drift) for room in rooms]
     vad = SileroVad()
     linear_vad = SileroVad() if args.linear else None
-    settings = EchoSettings(linear_barge_in=args.linear, linear_filter=args.linear_filter)
+    settings = EchoSettings(
+        linear_barge_in=args.linear, linear_filter=args.linear_filter, canceller=args.canceller
+    )
     record = args.record is not None
     outcomes = []
     for room in rooms:

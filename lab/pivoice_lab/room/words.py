@@ -215,10 +215,11 @@ def main() -> None:  # pragma: no cover - a lab tool
     voice) over a Piper reply at the onsets the bench uses; a JSON summary per candidate."""
     import argparse
 
+    from wyoming_pivoice.audio import tune_linear
     from wyoming_pivoice.engines import AsrSettings, WhisperAsr
 
     from ..bench.corpus import ARCTIC_TEXT, ARCTIC_WAV, build, human_recording, read_wav_float
-    from .offline import _reply, _trim
+    from .offline import _reply, _trim, aec3_config
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--corpus", type=Path, default=Path("/tmp/pivoice-offline-corpus"))
@@ -229,7 +230,13 @@ def main() -> None:  # pragma: no cover - a lab tool
     parser.add_argument("--vad", action="append", default=[], help="a VadSettings field=int")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--cleaned", action="store_true", help="utterances of the output only")
+    parser.add_argument(
+        "--canceller", default="livekit", help="livekit or aec3 (ours, EchoSettings.canceller)"
+    )
+    parser.add_argument("--aec3-config", default="", help="field=value,... (our AEC3's config)")
     args = parser.parse_args()
+    tune_linear(aec3_config=aec3_config(args.aec3_config))
+    echo_settings = EchoSettings(canceller=args.canceller)
     reply = _reply(args.corpus / "reply.pcm")
     corpus = build(args.corpus)
     users = [u for u in corpus if u.kind == "command"][: args.users]
@@ -253,13 +260,22 @@ def main() -> None:  # pragma: no cover - a lab tool
     self_made = 0
     for key in args.rooms.split(","):
         room = rooms[key]
-        self_made += run_take(Take(room, None), reply, None, vad, vad_settings).self_made
+        alone = run_take(Take(room, None), reply, None, vad, vad_settings, echo_settings)
+        self_made += alone.self_made
         for name, text, words, samples in voices:
             for gain in (float(g) for g in args.gains.split(",")):
                 for onset in (float(o) for o in args.onsets.split(",")):
                     take = Take(room, onset, gain, name, text, words)
                     utterances.append(
-                        run_take(take, reply, samples, vad, vad_settings, use_kept=not args.cleaned)
+                        run_take(
+                            take,
+                            reply,
+                            samples,
+                            vad,
+                            vad_settings,
+                            echo_settings,
+                            use_kept=not args.cleaned,
+                        )
                     )
     scored = score(utterances, asr.transcribe)
     report = {
