@@ -468,6 +468,92 @@ async def test_a_barge_in_cuts_a_reply_once(tmp_path: Path) -> None:
     await sink.close()
 
 
+def counting(seconds: float, rate: int) -> bytes:
+    """A reply whose every sample says where it is in the reply (1, 2, 3, …; never 0)."""
+    return (np.arange(int(seconds * rate)) % 32000 + 1).astype("<i2").tobytes()
+
+
+def positions(path: Path) -> np.ndarray:
+    """The reply's sample positions a speaker command played, silence left out."""
+    samples = np.frombuffer(path.read_bytes(), dtype="<i2")
+    return samples[samples != 0].astype(np.int64) - 1
+
+
+class HoldTap:
+    """The echo canceller's part in a hold and a cut, as the sink calls it."""
+
+    def __init__(self) -> None:
+        self.holds: list[float] = []
+        self.barge_ins = 0
+
+    def reference(self, pcm: bytes, fmt: AudioFormat, due: float) -> None:
+        pass
+
+    def cut(self, at: float) -> None:
+        raise AssertionError("a held reply's cut is the barge-in, not another cut")
+
+    def hold(self, at: float) -> None:
+        self.holds.append(at)
+
+    def barge_in(self) -> None:
+        self.barge_ins += 1
+
+
+async def test_a_held_reply_plays_on_where_it_stopped(tmp_path: Path) -> None:
+    """A hold (a voice over the reply, maybe) kills the speaker command — silence at once —
+    and keeps the reply; its release opens the command anew and the rest plays: the second
+    command starts no later in the reply than where the first stopped, and plays it out."""
+    from wyoming_pivoice.audio.speaker import CommandDevice, ContinuousSink
+
+    sink = ContinuousSink(CommandDevice(f"exec cat > '{tmp_path}'/played-$$.raw"))
+    tap = sink.tap = HoldTap()
+    fmt = AudioFormat(22050, 2, 1)
+    reply = counting(1.4, 22050)  # < 32000 samples: every position once
+    await sink.play(reply, fmt)
+    await sink.play(b"", fmt)
+    await until(lambda: len(sink._written) >= 10, "a fifth of a second written", 5.0)
+    assert sink.hold()
+    assert not sink.hold()  # held once
+    assert tap.holds and sink.holds == 1
+    sink.release()
+    await asyncio.wait_for(sink.drain(), 10.0)
+    await sink.close()
+    first, second = sorted(tmp_path.glob("played-*.raw"), key=lambda p: p.stat().st_mtime)
+    before, after = positions(first), positions(second)
+    assert len(before) > 0 and len(after) > 0
+    assert after[0] <= before[-1] + 1  # nothing skipped
+    assert after[-1] == len(reply) // 2 - 1  # played out to the end
+    assert np.all(np.diff(after) == 1)  # in order
+    assert sink.take_cut() is None and tap.barge_ins == 0
+
+
+async def test_a_held_reply_that_is_cut_stops_where_it_was_held(tmp_path: Path) -> None:
+    """The voice that held the reply is the user's: the cut drops the rest, the barge-in
+    counts from the hold (when the sound stopped), and the next reply plays whole."""
+    from wyoming_pivoice.audio.speaker import CommandDevice, ContinuousSink
+
+    sink = ContinuousSink(CommandDevice(f"exec cat > '{tmp_path}'/played-$$.raw"))
+    tap = sink.tap = HoldTap()
+    fmt = AudioFormat(22050, 2, 1)
+    await sink.play(counting(3.0, 22050), fmt)
+    await until(lambda: len(sink._written) >= 10, "a fifth of a second written", 5.0)
+    assert sink.hold()
+    held_at = sink.held_at
+    assert sink.cut(hold=True)
+    assert sink.take_cut() == held_at
+    assert tap.barge_ins == 1
+    await asyncio.wait_for(sink.stop(), 1.0)
+    await asyncio.wait_for(sink.drain(), 1.0)
+    nxt = counting(0.3, 22050)
+    await sink.play(nxt, fmt)
+    await asyncio.wait_for(sink.drain(), 5.0)
+    await sink.close()
+    files = sorted(tmp_path.glob("played-*.raw"), key=lambda p: p.stat().st_mtime)
+    assert len(files) == 2
+    assert len(positions(files[0])) < 22050  # well short of the 3 s reply
+    assert nxt in files[1].read_bytes()
+
+
 async def test_the_speaker_command_runs_at_the_speaker_threads_priority(tmp_path: Path) -> None:
     """The speaker command is the device's feeder: at normal priority it fell behind under load
     and its device ran dry (the room's speaker, load 4-6: 13-200 ms of silence at a time that

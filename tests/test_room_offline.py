@@ -53,14 +53,14 @@ def test_echo_alone_never_barges_in_and_a_voice_over_it_does(parts):
 def test_recorded_evidence_replays_the_same_decisions(parts):
     """A policy variant is scored on the recorded evidence: replaying the shipped policy on
     it must find the barge-in where the live run of the same scene found it."""
-    from wyoming_pivoice.audio import FastBargeIn
+    from wyoming_pivoice.audio import Act, FastBargeIn
     from wyoming_pivoice.satellite import VadSettings, policy_from
 
     reply, user, vad = parts
     policy = policy_from(VadSettings())
     outcome = run_scene(Scene(ROOM, onset_s=1.5, gain_db=6.0), reply, user, vad, record=True)
     fast = FastBargeIn(policy)
-    fired = [t for t, evidence in outcome.evidence if fast.step(evidence, in_speech=False)]
+    fired = [t for t, evidence in outcome.evidence if fast.step(evidence, False) is Act.INTERRUPT]
     assert fired and fired[0] == pytest.approx(outcome.detected_after_s, abs=1e-3)
     # `replay` (the tool's --replay) scores it the same; a policy that never takes a frame
     # over the echo for the user (margins out of reach) finds nothing there.

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..exports import lazy_exports, names
 
 _EXPORTS = {
-    ".core": ("FastBargeIn", "LinearScore", "UtteranceAudio"),
+    ".core": ("Act", "FastBargeIn", "LinearScore", "UtteranceAudio"),
     ".echo": ("EchoCanceller", "tune_linear"),
     ".format": ("CHUNK_BYTES", "CHUNK_SAMPLES", "CHUNK_SECONDS"),
     ".pacing": ("AUDIO_RT_PRIORITY", "Pacer"),
@@ -21,7 +21,7 @@ _EXPORTS = {
     ".speaker": ("NullSink",),
 }
 if TYPE_CHECKING:  # the same names, for the type checker (tests/test_layout.py: they agree)
-    from .core import FastBargeIn, LinearScore, UtteranceAudio
+    from .core import Act, FastBargeIn, LinearScore, UtteranceAudio
     from .echo import EchoCanceller, tune_linear
     from .format import CHUNK_BYTES, CHUNK_SAMPLES, CHUNK_SECONDS
     from .pacing import AUDIO_RT_PRIORITY, Pacer

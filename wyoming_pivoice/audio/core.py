@@ -23,12 +23,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from enum import Enum
 
 import numpy as np
 
 from ..satellite.endpoint import Endpointer, Vad
 from ..satellite.protocols import AudioSink, AudioSource, Hearing
-from ..satellite.turn_policy import Decision, Evidence, TurnPolicy, decide
+from ..satellite.turn_policy import Decision, Evidence, TurnPolicy, decide, suspect
 from .echo import EchoCanceller
 from .format import CHUNK_SECONDS
 from .mic import WavSource
@@ -108,6 +109,10 @@ class CoreSource:
         # reply (the policy says INTERRUPT on every chunk of the voice until the loop has
         # taken the utterance: a late loop, many calls).
         self.on_interrupt: Callable[[], bool] | None = None
+        # Holding the reply while the voice over it is not certain yet (turn_policy.suspect),
+        # and letting it play on: called on this thread; `on_hold` True when it held one.
+        self.on_hold: Callable[[], bool] | None = None
+        self.on_release: Callable[[], None] | None = None
         self._read: asyncio.Future[bytes | None] | None = None
         self._fast = FastBargeIn(endpointer.logic.policy if endpointer else TurnPolicy())
         self._linear: LinearScore | None = None  # the VAD on the linear filter's output
@@ -316,7 +321,19 @@ class CoreSource:
         endpointer = self.endpointer
         if self.on_interrupt is None or endpointer is None:
             return
-        if not self._fast.step(evidence, endpointer.in_speech):
+        act = self._fast.step(evidence, endpointer.in_speech)
+        if act is Act.HOLD:
+            if self.on_hold is None or not self.on_hold():
+                self._fast.cancel_hold()
+                return
+            _LOGGER.info("Reply held at %.3f: a voice over it, maybe", time.monotonic())
+            return
+        if act is Act.RELEASE:
+            if self.on_release is not None:
+                self.on_release()
+            _LOGGER.info("Reply plays on at %.3f: nobody spoke over it", time.monotonic())
+            return
+        if act is not Act.INTERRUPT:
             return
         decided = time.monotonic()
         if not self.on_interrupt():
@@ -331,34 +348,82 @@ class CoreSource:
         )
 
 
+class Act(Enum):
+    """What FastBargeIn asks of the reply playing."""
+
+    NONE = "none"
+    HOLD = "hold"  # pause it: a voice over it, maybe (turn_policy.suspect)
+    RELEASE = "release"  # play it on: the held voice was not one
+    INTERRUPT = "interrupt"  # stop it: the user is speaking over it
+
+
 class FastBargeIn:
-    """The turn policy frame by frame on the audio thread, for barge-in alone: True when a
-    reply must stop now. The core runs it on every chunk; the lab's offline evaluator runs
-    the same object on a recorded scene, so what it measures is what the satellite does."""
+    """The turn policy frame by frame on the audio thread, for barge-in alone: whether a
+    reply must stop now, be held while a voice over it may be the user's, or play on. The
+    core runs it on every chunk; the lab's offline evaluator runs the same object on a
+    recorded scene, so what it measures is what the satellite does."""
 
     def __init__(self, policy: TurnPolicy) -> None:
         self.policy = policy
         self._voiced = 0
         self._ignored = 0
+        self._suspect = 0  # frames in a row turn_policy.suspect took
+        self._held: int | None = None  # frames since the reply was held; None: not held
+        self._since_release = policy.hold_gap_frames
 
-    def step(self, evidence: Evidence, in_speech: bool) -> bool:
+    @property
+    def held(self) -> bool:
+        return self._held is not None
+
+    def cancel_hold(self) -> None:
+        """The hold asked for did not happen (nothing was playing to hold)."""
+        self._held = None
+        self._suspect = 0
+
+    def step(self, evidence: Evidence, in_speech: bool) -> Act:
         """One chunk's evidence; `in_speech`: the endpointer already has an utterance (its
-        own start decides then)."""
+        own start decides then; over a held reply it is the user's: stop it)."""
+        self._since_release += 1
         if in_speech:
-            self._voiced = self._ignored = 0
-            return False
+            self._voiced = self._ignored = self._suspect = 0
+            if self._held is not None:
+                self._held = None
+                return Act.INTERRUPT
+            return Act.NONE
         decision = decide(evidence, self._voiced, self.policy)
         if decision is Decision.IGNORE:
             self._ignored += 1
             if self._ignored >= FAST_FORGET_FRAMES:
                 self._voiced = 0
-            return False
-        self._ignored = 0
-        self._voiced += 1
-        if decision is Decision.INTERRUPT:
-            self._voiced = 0
-            return True
-        return False
+        else:
+            self._ignored = 0
+            self._voiced += 1
+        # Over a held reply its echo's tail may be gone before the voice is certain: a start
+        # then is a start over the reply all the same.
+        if decision is Decision.INTERRUPT or (
+            decision is Decision.START and self._held is not None
+        ):
+            self._voiced = self._suspect = 0
+            self._held = None
+            return Act.INTERRUPT
+        if self._held is not None:
+            self._held += 1
+            # A candidate under way keeps it held a little longer (the endpointer's own start).
+            policy = self.policy
+            wait = policy.hold_frames + (policy.echo_min_speech_frames if self._voiced else 0)
+            if self._held >= wait:
+                self._held = None
+                self._suspect = 0
+                self._since_release = 0
+                return Act.RELEASE
+            return Act.NONE
+        self._suspect = self._suspect + 1 if suspect(evidence, self.policy) else 0
+        if self._suspect >= self.policy.hold_min_frames and (
+            self._since_release >= self.policy.hold_gap_frames
+        ):
+            self._held = 0
+            return Act.HOLD
+        return Act.NONE
 
 
 class LinearScore:

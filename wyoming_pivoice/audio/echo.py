@@ -360,6 +360,10 @@ class EchoEstimate:
         self._audible = 0
         self._held = max(self._held, self._expected_now())  # the echo is expected in full at once
 
+    def restart_onset(self) -> None:
+        """The next sound of the reference starts a reply (its first ONSET_FRAMES)."""
+        self._silent_frames = ONSET_QUIET_FRAMES
+
     @property
     def no_echo(self) -> bool:
         """The microphone does not hear the speaker (a headset): nothing to take out."""
@@ -556,11 +560,24 @@ class EchoCanceller:
         """The reply stopped at monotonic `at` (a barge-in on a sink that stops its device):
         what was handed over for later never plays."""
         with self._lock:
-            ref, index = self._ref, self._index(at)
-            if index < ref.end:
-                ref.samples = ref.samples[: max(0, index - ref.start)]
-            ref.converter = None  # what it holds never plays: the next piece starts anew
+            self._trim(at)
             self._barge_in()
+
+    def hold(self, at: float) -> None:
+        """The reply was held at monotonic `at` (a voice over it, maybe; its device stopped):
+        what was handed over for later never plays. No barge-in yet: the filters and the
+        ERLE stay (the voice, if it is one, stands over the echo's tail as it dies away); the
+        reply that plays on comes through a device opened anew, so its first moments count
+        as a reply's onset (EchoEstimate: no cancelling counted for 0.5 s)."""
+        with self._lock:
+            self._trim(at)
+            self.estimate.restart_onset()
+
+    def _trim(self, at: float) -> None:
+        ref, index = self._ref, self._index(at)
+        if index < ref.end:
+            ref.samples = ref.samples[: max(0, index - ref.start)]
+        ref.converter = None  # what it holds never plays: the next piece starts anew
 
     def barge_in(self) -> None:
         """The user talked over the reply and it was stopped: a fresh AEC3 starts beside the

@@ -27,6 +27,7 @@ import termios
 import threading
 import time
 import wave
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
@@ -395,6 +396,10 @@ BLOCK_SECONDS = 0.02  # the speaker thread writes blocks this long, audio or sil
 # wake-up of the speaker thread, short enough that a barge-in is silent within it.
 CONTINUOUS_LEAD = 0.04
 KEEP_REFERENCE_SECONDS = 30.0  # bound on audio queued for the speaker (a drain waits for it)
+# What a hold that kills a speaker command may put back: written, not yet played (the lead,
+# the command's pipe and its device's buffer).
+WRITTEN_KEEP_SECONDS = 0.5
+HOLD_MAX_SECONDS = 3.0  # a hold nobody releases ends by itself
 # The speaker thread this late for a block (past its due time: everything before it has
 # played, the lead is used up): the device ran dry.
 UNDERRUN_LATE = 0.005
@@ -580,6 +585,17 @@ class ContinuousSink:
         self._dropped = False  # a cut killed the device's command: it opens anew
         self._generation = 0  # a speaker thread left stuck in the device sees it change
         self.cut_at: float | None = None  # when the audio core last cut a reply (take_cut)
+        # A hold (the audio core: a voice over the reply, maybe): nothing of the reply is
+        # written until `release` (or a cut ends it); `held_at` when it began.
+        self.held_at: float | None = None
+        self.holds = 0
+        self._released = threading.Event()
+        self._held_s = 0.0  # time the replies have spent held (a drain's bound grows by it)
+        # What went to the device lately, with when it plays: a hold that drops a command's
+        # buffer puts back what had not played yet.
+        self._written: deque[tuple[float, bytes]] = deque()
+        self._hold_dropped = False  # a hold killed the command: the thread reopens it
+        self._dropped_at = 0.0  # …at this time: what was written for later did not play
 
     @property
     def playing(self) -> bool:
@@ -620,7 +636,7 @@ class ContinuousSink:
             await asyncio.to_thread(self._thread.join, STOP_WAIT)
         self._generation += 1
         self._failed = None
-        self._dropped = False
+        self._dropped = self._hold_dropped = False
         self._closing.clear()
         fmt = self._format
         opened: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -651,8 +667,14 @@ class ContinuousSink:
         with self._lock:
             reply.ended = True
             left = len(reply.pending) / bytes_per_second(self._format)
-        # Bounded: the reply's own length, the lead, and the margin a device gets.
+        # Bounded: the reply's own length, the lead, the margin a device gets, and the time
+        # it spends held meanwhile (each hold is bounded: turn_policy.TurnPolicy.hold_frames).
+        held = self._held_s
         played = await asyncio.to_thread(reply.done.wait, left + self.lead + SPEAKER_MARGIN)
+        while not played and (self.held_at is not None or self._held_s > held):
+            more = self._held_s - held + (1.0 if self.held_at is not None else 0.0)
+            held = self._held_s
+            played = await asyncio.to_thread(reply.done.wait, more)
         if not played and self._thread is not None and self._thread.is_alive():
             # The speaker thread is stuck in the device (it stopped taking audio): it is
             # left behind, and the next reply opens the device on a new thread.
@@ -674,6 +696,42 @@ class ContinuousSink:
         self.cut()
         self._cut = False
 
+    def hold(self) -> bool:
+        """Thread-safe pause (the audio core: a voice over the reply, maybe): silence from now
+        on, the reply's audio kept. A speaker command is killed, as by a cut (what it holds
+        would play on for 100-200 ms), and what it had not played yet is put back; it opens
+        anew on `release`. Returns whether a reply was playing to hold."""
+        now = time.monotonic()
+        with self._lock:
+            reply = self._reply
+            if reply is None or reply.done.is_set() or self._cut or self.held_at is not None:
+                return False
+            if not reply.started and not reply.pending:
+                return False
+            self.held_at = now
+            self.holds += 1
+            self._released.clear()
+            drop = getattr(self.device, "drop", None)
+            if drop is not None:
+                # The speaker thread puts back what had not played (it alone knows what it
+                # wrote) and opens the command anew once the reply is released.
+                self._hold_dropped = True
+                self._dropped_at = now
+                self._dropped = True
+                drop()
+        if drop is not None and self.tap is not None:
+            self.tap.hold(now)  # nothing handed over plays from now on
+        return True
+
+    def release(self) -> None:
+        """Thread-safe: a held reply plays on where it stopped."""
+        with self._lock:
+            if self.held_at is None:
+                return
+            self._held_s += time.monotonic() - self.held_at
+            self.held_at = None
+            self._released.set()
+
     def cut(self, hold: bool = False) -> bool:
         """Thread-safe stop: the current reply's queued audio is dropped at once (what is
         written already, the lead, still plays). The audio core calls it on a barge-in with
@@ -687,7 +745,13 @@ class ContinuousSink:
                 return False
             if hold:
                 self._cut = True
-                self.cut_at = time.monotonic()
+                # A held reply stopped sounding when it was held.
+                self.cut_at = self.held_at or time.monotonic()
+            was_held = self.held_at is not None
+            if was_held:
+                self._held_s += time.monotonic() - (self.held_at or 0.0)
+                self.held_at = None
+                self._released.set()
             reply.pending.clear()
             reply.ended = True
             if reply.first_due is not None:
@@ -699,6 +763,12 @@ class ContinuousSink:
                 self._dropped = True
                 drop()
         reply.done.set()
+        if was_held and self._dropped and self.tap is not None:
+            # Silent since the hold; the canceller starts its barge-in's fresh filter now.
+            barge_in = getattr(self.tap, "barge_in", None)
+            if barge_in is not None:
+                barge_in()
+            return True
         if self._dropped and self.tap is not None:
             self.tap.cut(time.monotonic())  # nothing handed over plays from now on
             return True
@@ -717,10 +787,50 @@ class ContinuousSink:
 
     # ---- the speaker thread ---------------------------------------------------------------
 
+    def _keep_written(self, due: float, pcm: bytes) -> None:
+        written = self._written
+        written.append((due, pcm))
+        while written and written[0][0] < due - WRITTEN_KEEP_SECONDS:
+            written.popleft()
+
+    def _put_back(self, pcm: bytes) -> None:
+        """After a hold killed the command: what was written for after the hold, and `pcm`
+        (not written), go back to the front of the reply."""
+        with self._lock:
+            reply, at = self._reply, self._dropped_at
+            written = list(self._written)
+            self._written.clear()
+            if reply is None or reply.done.is_set() or self._cut:
+                return
+            unplayed = [_after(block, due, at, self._format) for due, block in written]
+            reply.pending[:0] = b"".join(unplayed) + pcm
+
+    def _reopen_after_hold(self, fmt: AudioFormat, generation: int, primer: bytes) -> bool:
+        """After a hold killed the command: wait for the release (bounded: HOLD_MAX_SECONDS,
+        in case the audio thread that holds never releases), then open the device again.
+        False when the reply was cut meanwhile (the thread then ends as after any cut)."""
+        with contextlib.suppress(Exception):
+            self.device.close()
+        if not self._released.wait(HOLD_MAX_SECONDS):
+            _LOGGER.warning("Playback held for %.0f s: it plays on", HOLD_MAX_SECONDS)
+            self.release()
+        with self._lock:
+            reply = self._reply
+            if self._cut or reply is None or reply.done.is_set():
+                return False
+            if self._closing.is_set() or generation != self._generation:
+                return False
+            self._dropped = self._hold_dropped = False
+        self.device.open(fmt)
+        self.device.wait_taking(primer, COMMAND_START_TIMEOUT)
+        return True
+
     def _next_block(self, size: int) -> tuple[bytes, _Reply | None, bool]:
         """The next block (audio or silence), the reply it belongs to, and whether it ends it."""
         with self._lock:
             reply = self._reply
+            if self.held_at is not None:
+                return bytes(size), None, False
             if reply is None or reply.done.is_set() or not reply.pending:
                 last = reply is not None and reply.ended and not reply.done.is_set()
                 return bytes(size), (reply if last else None), last
@@ -780,8 +890,23 @@ class ContinuousSink:
                         write_s * 1000,
                     )
                 written = time.monotonic()
-                self.device.write(pcm)
+                try:
+                    if self._hold_dropped:
+                        raise OSError("held")
+                    self.device.write(pcm)
+                except OSError:
+                    if not self._hold_dropped:
+                        raise
+                    # A hold killed the command: what it had not played goes back to the
+                    # reply, and it opens anew once the reply plays on.
+                    self._put_back(pcm if reply is not None else b"")
+                    if not self._reopen_after_hold(fmt, generation, primer):
+                        raise
+                    start, samples = time.monotonic(), 0
+                    continue
                 write_s = time.monotonic() - written
+                if reply is not None:
+                    self._keep_written(due, pcm)
                 if self.tap is not None:
                     # No sample plays before it is written: the reference never comes after
                     # its echo, even from a device faster than our clock (it is early by at
@@ -814,3 +939,12 @@ class ContinuousSink:
                 if self._failed is not None:
                     with contextlib.suppress(Exception):
                         self.device.close()
+
+
+def _after(block: bytes, due: float, now: float, fmt: AudioFormat | None) -> bytes:
+    """What of `block` (due to start playing at `due`) plays after `now`."""
+    if fmt is None:
+        return b""
+    size = frame_bytes(fmt)
+    skip = max(0, round((now - due) * fmt.rate)) * size
+    return block[skip:] if skip < len(block) else b""

@@ -56,12 +56,18 @@ def wake_word(name: str | None) -> WakeDetector | None:
 def cut_on_interrupt(source: AudioSource, playback: Playback, allowed: Callable[[], bool]) -> None:
     """Barge-in without waiting for the event loop: when the turn policy says INTERRUPT on
     the audio core's thread, the speaker is cut there and then, if `allowed()` (a snapshot
-    the front keeps, read on that thread). Without the core (no AEC) or a sink that can be
-    cut, the loop's own stop is the barge-in."""
+    the front keeps, read on that thread); a voice over the reply that may be the user's
+    holds it there, and it plays on if it was not (turn_policy.suspect). Without the core
+    (no AEC) or a sink that can be cut, the loop's own stop is the barge-in."""
     if not isinstance(source, CoreSource) or not playback.can_cut:
         return
 
     def interrupt() -> bool:
         return allowed() and playback.cut_now()
 
+    def hold() -> bool:
+        return allowed() and playback.hold_now()
+
     source.on_interrupt = interrupt
+    source.on_hold = hold
+    source.on_release = playback.release_now

@@ -82,6 +82,10 @@ class Tap(Protocol):
     def cut(self, at: float) -> None:
         """Nothing handed over plays after monotonic time `at` (a stop)."""
 
+    def hold(self, at: float) -> None:
+        """Nothing handed over plays after monotonic time `at`, and the reply may play on
+        later (a hold: no barge-in yet)."""
+
 
 # ---- the stages ---------------------------------------------------------------------------
 

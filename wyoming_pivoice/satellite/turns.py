@@ -207,6 +207,18 @@ class Playback:
         Returns whether a reply was playing to cut (not one cut already)."""
         return bool(self.sink.cut(hold=True))  # type: ignore[attr-defined]
 
+    def hold_now(self) -> bool:
+        """On the audio thread: a voice over the reply, maybe (turn_policy.suspect): it pauses,
+        keeping its audio. Returns whether a reply was playing to hold."""
+        hold = getattr(self.sink, "hold", None)
+        return bool(hold()) if hold is not None else False
+
+    def release_now(self) -> None:
+        """On the audio thread: the held reply plays on."""
+        release = getattr(self.sink, "release", None)
+        if release is not None:
+            release()
+
     @property
     def cut_pending(self) -> bool:
         """The audio core cut a reply and the loop has not taken the cut yet."""

@@ -39,6 +39,7 @@ import numpy as np
 from wyoming_pivoice.audio import (
     CHUNK_SAMPLES,
     CHUNK_SECONDS,
+    Act,
     EchoCanceller,
     FastBargeIn,
     LinearScore,
@@ -69,6 +70,11 @@ class Outcome:
     detected_after_s: float | None = None  # the fast barge-in's decision after the onset
     self_barge_ins: list[float] = field(default_factory=list)  # fired with nobody speaking:
     # seconds after the first reply's start
+    # The reply held (a voice over it, maybe: turn_policy.suspect) after the onset; and held
+    # with nobody speaking (seconds after the first reply's start). Offline the echo plays
+    # on through a hold (live it stops): what comes after a hold is scored open loop.
+    held_after_s: float | None = None
+    false_holds: list[float] = field(default_factory=list)
     user_db: float | None = None
     echo_db: float | None = None
     voice_s: float | None = None  # how long the user's voice lasts
@@ -136,7 +142,14 @@ def run_scene(
                  evidence.linear_probability and round(evidence.linear_probability, 2),
                  lin and round(lin, 1))
             )  # fmt: skip
-        if fast.step(evidence, in_speech=False):
+        act = fast.step(evidence, in_speech=False)
+        if act is Act.HOLD:
+            if speaking and onset is not None:
+                if outcome.held_after_s is None:
+                    outcome.held_after_s = round((chunk_end - onset) / RATE, 3)
+            else:
+                outcome.false_holds.append(round((chunk_end - first) / RATE, 2))
+        if act is Act.INTERRUPT:
             if speaking and onset is not None:
                 if outcome.detected_after_s is None:
                     outcome.detected_after_s = round((chunk_end - onset) / RATE, 3)
@@ -164,9 +177,16 @@ def replay(outcome: Outcome, policy: TurnPolicy, linear_gate_db: float | None = 
         if linear_gate_db is not None and erle < linear_gate_db:
             evidence = replace(evidence, linear_probability=None, linear_residual_db=None,
                                linear_expected_db=None)  # fmt: skip
-        if not fast.step(evidence, in_speech=False):
+        act = fast.step(evidence, in_speech=False)
+        speaking = voice_s is not None and 0 < at <= voice_s + 0.25  # run_scene's
+        if act is Act.HOLD:
+            if not speaking:
+                again.false_holds.append(round(at, 2))
+            elif again.held_after_s is None:
+                again.held_after_s = round(at, 3)
+        if act is not Act.INTERRUPT:
             continue
-        if voice_s is not None and 0 < at <= voice_s + 0.25:  # run_scene's "speaking"
+        if speaking:
             again.detected_after_s = round(at, 3)
             return again  # the live reply is cut here
         again.self_barge_ins.append(round(at, 2))
@@ -185,6 +205,13 @@ def summarise(outcomes: Iterable[Outcome], within_s: float = 0.3) -> dict:
         "decided_within": sum(d <= within_s for d in detected),
         "median_decision_s": statistics.median(detected) if detected else None,
         "self_barge_ins": sum(len(o.self_barge_ins) for o in outcomes),
+        # The sound stops at a hold or a barge-in, whichever comes first.
+        "stopped_within": sum(
+            min(t for t in (o.held_after_s, o.detected_after_s) if t is not None) <= within_s
+            for o in talked
+            if o.held_after_s is not None or o.detected_after_s is not None
+        ),
+        "false_holds": sum(len(o.false_holds) for o in outcomes),
         # echo alone: the canceller's ERLE estimate at the scene's end (dB)
         "echo_alone_erle_db": [o.erle_db for o in outcomes if o.scene["onset_s"] is None],
         "median_process_ms": _median(o.process_ms for o in outcomes),

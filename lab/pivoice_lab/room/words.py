@@ -33,6 +33,7 @@ import numpy as np
 
 from wyoming_pivoice.audio import (
     CHUNK_SAMPLES,
+    Act,
     EchoCanceller,
     FastBargeIn,
     UtteranceAudio,
@@ -75,6 +76,7 @@ class Utterance:
     # cut CUT_S after it, or after SPEECH_STARTED when that comes first)
     reach_s: float | None = None  # the utterance's first sample after the onset (<0: before)
     self_made: int = 0  # utterances started with nobody speaking
+    released: int = 0  # holds not followed by a barge-in (live the reply would play on)
     audio: dict[str, np.ndarray] = field(default_factory=dict)
 
 
@@ -125,10 +127,15 @@ def run_take(
         probability = vad.probability(samples)
         evidence = canceller.evidence(probability)
         echo_chunks.append(evidence.playing)
-        if cut is None and fast.step(evidence, logic.in_speech) and lo > second:
+        act = fast.step(evidence, logic.in_speech)
+        # A hold stops the sound as a barge-in does (what follows a false one, the reply
+        # playing on, is not modelled: the take's reply stays cut).
+        if cut is None and act in (Act.HOLD, Act.INTERRUPT) and lo > second:
             cut = hi + round(CUT_S * RATE)
             if onset is not None:
                 result.decided_after_s = round((hi - onset) / RATE, 3)
+        if act is Act.RELEASE:
+            result.released += 1
         logic.evidence, logic.hearing = evidence, canceller.hearing  # as Endpointer._process
         delay = canceller.delay_samples
         heard = kept.chunk(captured, chunk, evidence.playing, delay) if use_kept else chunk
@@ -257,11 +264,12 @@ def main() -> None:  # pragma: no cover - a lab tool
     vad = SileroVad()
     asr = WhisperAsr(AsrSettings())
     utterances = []
-    self_made = 0
+    self_made = released = 0
     for key in args.rooms.split(","):
         room = rooms[key]
         alone = run_take(Take(room, None), reply, None, vad, vad_settings, echo_settings)
         self_made += alone.self_made
+        released += alone.released
         for name, text, words, samples in voices:
             for gain in (float(g) for g in args.gains.split(",")):
                 for onset in (float(o) for o in args.onsets.split(",")):
@@ -287,6 +295,7 @@ def main() -> None:  # pragma: no cover - a lab tool
         "missed_utterances": sum(not u.audio for u in utterances),
         "self_made_in_silence": self_made,
         "self_made_over_user": sum(u.self_made for u in utterances),
+        "holds_released": released + sum(u.released for u in utterances),
         "median_reach_s": statistics.median(
             [u.reach_s for u in utterances if u.reach_s is not None] or [0.0]
         ),
