@@ -814,16 +814,31 @@ class ContinuousSink:
         if not self._released.wait(HOLD_MAX_SECONDS):
             _LOGGER.warning("Playback held for %.0f s: it plays on", HOLD_MAX_SECONDS)
             self.release()
-        with self._lock:
-            reply = self._reply
-            if self._cut or reply is None or reply.done.is_set():
-                return False
-            if self._closing.is_set() or generation != self._generation:
-                return False
-            self._dropped = self._hold_dropped = False
+        if not self._plays_on(generation):
+            return False
         self.device.open(fmt)
+        with self._lock:
+            # A cut while it opened killed the old command, not this one: it goes too, or it
+            # would stay open with nobody writing to it.
+            plays_on = self._plays_on(generation)
+            if plays_on:
+                self._dropped = self._hold_dropped = False
+        if not plays_on:
+            drop = getattr(self.device, "drop", None)
+            if drop is not None:
+                drop()
+            with contextlib.suppress(Exception):
+                self.device.close()
+            return False
         self.device.wait_taking(primer, COMMAND_START_TIMEOUT)
         return True
+
+    def _plays_on(self, generation: int) -> bool:
+        """The held reply is still to be played (not cut, the sink not closing)."""
+        reply = self._reply
+        if self._cut or reply is None or reply.done.is_set():
+            return False
+        return not self._closing.is_set() and generation == self._generation
 
     def _next_block(self, size: int) -> tuple[bytes, _Reply | None, bool]:
         """The next block (audio or silence), the reply it belongs to, and whether it ends it."""

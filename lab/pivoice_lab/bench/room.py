@@ -317,6 +317,9 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
         "self_made_turns": len(self_made),
         "self_made_transcripts": [t["transcript"] for t in self_made],
         "self_barge_ins": self_barge,
+        # The satellite's own account (its log): replies held, and held replies played on.
+        "holds": run.log.count("Reply held at"),
+        "holds_played_on": run.log.count("Reply plays on at"),
         "trials": trials,
         "erle_db": erle,
         "full_replies": [_reply_of(t, replies) for t in full],  # for offline_erle; not kept
@@ -353,6 +356,8 @@ def _summary(results: list[dict]) -> dict[str, Any]:
             "replies": sum(r["replies"] for r in on),
             "self_made_turns": sum(r["self_made_turns"] for r in on),
             "self_barge_ins": sum(r["self_barge_ins"] for r in on),
+            "holds": sum(r.get("holds", 0) for r in on),
+            "holds_played_on": sum(r.get("holds_played_on", 0) for r in on),
             "hard_room_replies": sum(r["replies"] for r in hard),
             "hard_room_self_made_turns": sum(r["self_made_turns"] for r in hard),
             "hard_room_self_barge_ins": sum(r["self_barge_ins"] for r in hard),
@@ -469,7 +474,8 @@ def render(room: dict[str, Any]) -> list[str]:
         aec = r["case"]["aec"]
         rows.append([
             r["name"], str(r["replies"]), str(r["turns"]), str(r["self_made_turns"]),
-            str(r["self_barge_ins"]), in_time if aec else "—",
+            str(r["self_barge_ins"]), f"{r.get('holds_played_on', 0)}/{r.get('holds', 0)}",
+            in_time if aec else "—",
             " ".join(f"{s:.0f}" for s in stops) or "—", heard if aec else "—",
             median(r["erle_db"]),
             median([e for e in r.get("offline_erle_db") or [] if e is not None]),
@@ -477,8 +483,8 @@ def render(room: dict[str, Any]) -> list[str]:
         ])  # fmt: skip
     headers = [
         "room (echo, delay, tail, AEC)", "replies", "turns", "self-made turns",
-        "self barge-ins", "barge-in ≤ 300 ms", "stop after onset (ms)", "key words heard",
-        "ERLE dB", "offline ERLE dB", "E2E ms",
+        "self barge-ins", "holds played on", "barge-in ≤ 300 ms", "stop after onset (ms)",
+        "key words heard", "ERLE dB", "offline ERLE dB", "E2E ms",
     ]  # fmt: skip
     s = room["summary"]
     on, off = s["aec_on"], s["aec_off"]
@@ -491,7 +497,8 @@ def render(room: dict[str, Any]) -> list[str]:
         render_table(headers, rows),
         "",
         f"AEC on: {on['replies']} replies, {on['self_made_turns']} self-made turns, "
-        f"{on['self_barge_ins']} self barge-ins (at −6 dB with the tail: "
+        f"{on['self_barge_ins']} self barge-ins, {on['holds_played_on']} of "
+        f"{on['holds']} held replies played on (at −6 dB with the tail: "
         f"{on['hard_room_replies']} replies, {on['hard_room_self_made_turns']} self-made, "
         f"{on['hard_room_self_barge_ins']} self barge-ins); barge-in {on['barge_in_detected']}/"
         f"{on['barge_in_trials']} detected, {on['barge_in_in_time']} within 300 ms (median stop "

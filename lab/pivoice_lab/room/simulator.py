@@ -55,6 +55,9 @@ MIC_BACKLOG_S = 2.0  # a microphone reader further behind than this is dropped
 # phrase synthesized late under load leaves a gap inside a reply (0.8 s split replies at
 # load 12); the bench asks its next question once a reply has ended.
 REPLY_GAP_S = 1.5
+# A reply held by the satellite comes back within its hold (0.8-1.1 s) and a command's start;
+# the answer to a barge-in takes the rest of the user's words, an endpoint and a turn (≥ 2 s).
+RESUME_S = 2.0
 # Recordings keep at most this much (then stop growing): 10 min at 16 kHz is 38 MB of float32
 # a stream, and a bench room runs ≤ 6 min.
 RECORD_LIMIT_S = 600.0
@@ -107,6 +110,9 @@ class Reply:
     killed: bool = False  # its command died while it played
     ended: float | None = None  # the room played the last of it
     seconds: float = 0.0  # audio played (sound and the pauses inside it)
+    # Times it went on after its command was killed: a reply the satellite held (a voice
+    # over it, maybe) and played on through a command opened anew is still this reply.
+    resumed: int = 0
 
 
 @dataclass
@@ -369,9 +375,11 @@ class Room:
         reply = speaker.reply
         if sound:
             if reply is None:
-                reply = Reply(len(self.replies) + 1, speaker.fmt, self.now)
-                reply.first_sound = self.now
-                self.replies.append(reply)
+                reply = self._resumed()
+                if reply is None:
+                    reply = Reply(len(self.replies) + 1, speaker.fmt, self.now)
+                    reply.first_sound = self.now
+                    self.replies.append(reply)
                 speaker.reply = reply
             reply.last_sound = self.now
             speaker.quiet_s = 0.0
@@ -382,6 +390,19 @@ class Room:
                 return
         if speaker.reply is not None:
             speaker.reply.seconds += len(take) / RATE
+
+    def _resumed(self) -> Reply | None:
+        """The last reply, if its command was killed no longer than RESUME_S ago: a new
+        command's sound then is that reply held and played on (a barge-in's answer comes
+        later: the user's words, their endpoint and the server's turn)."""
+        last = self.replies[-1] if self.replies else None
+        if last is None or not last.killed or last.ended is None:
+            return None
+        if self.now - last.ended > RESUME_S:
+            return None
+        last.killed, last.ended, last.closed = False, None, None
+        last.resumed += 1
+        return last
 
     def _end_reply(self, speaker: _Speaker, killed: bool = False, gap: bool = False) -> None:
         reply, speaker.reply = speaker.reply, None
