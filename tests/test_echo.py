@@ -456,3 +456,51 @@ def test_the_linear_output_is_scored_only_over_a_reply_with_a_fresh_state_each_t
         None, 0.7, 0.7, None, 0.7, None
     ]  # fmt: skip
     assert vad.calls == 3 and vad.resets == 2  # a reply heard anew after the gate closed
+
+
+def test_a_held_reply_gives_no_estimate_for_its_first_seconds_when_it_plays_on(reply):
+    """A hold (a voice over the reply, maybe) trims the reference where the reply stopped and
+    keeps the filters and the estimate: through the hold the turn policy still weighs the
+    residual against the echo. The reply played on comes through a speaker command opened
+    anew (its echo's delay may have moved): for its first 1.5 s of sound no estimate, and a
+    barge-in meanwhile ends that at once."""
+    pcm, rate = reply
+    fmt = AudioFormat(rate, 2, 1)
+    canceller = EchoCanceller(EchoSettings())
+    played16 = StreamingConverter(fmt, RATE).convert(pcm)
+    acoustics = RoomAcoustics(echo_db=-6, delay_ms=40, tail_ms=60)
+    piece = int(rate * 0.02) * 2
+    pieces = [pcm[o : o + piece] for o in range(0, len(pcm), piece)]
+    held_at, resume_at = 2.0, 2.8
+    before = [p for i, p in enumerate(pieces) if 0.5 + i * 0.02 < held_at]
+    after = pieces[len(before) :]
+    for i, p in enumerate(before):
+        canceller.reference(p, fmt, 0.5 + i * 0.02)
+    speaker = np.zeros(RATE * 8, dtype=np.float32)
+    cut = round((held_at - 0.5) * RATE)
+    speaker[RATE // 2 : RATE // 2 + cut] = played16[:cut]
+    rest = played16[cut:][: len(speaker) - round(resume_at * RATE)]
+    speaker[round(resume_at * RATE) : round(resume_at * RATE) + len(rest)] = rest
+    mic = EchoPath(acoustics).process(speaker) + NoiseFloor(acoustics.noise_dbfs, 1).block(
+        len(speaker)
+    )
+    known: list[tuple[float, bool]] = []
+    for n in range(len(mic) // CHUNK_SAMPLES):
+        now = (n + 1) * CHUNK_SECONDS
+        if now - CHUNK_SECONDS < held_at <= now:
+            canceller.hold(held_at)  # then the speaker thread hands over the rest, later
+            for i, p in enumerate(after):
+                canceller.reference(p, fmt, resume_at + i * 0.02)
+        chunk = np.clip(mic[n * CHUNK_SAMPLES : (n + 1) * CHUNK_SAMPLES], -1, 1) * 32767
+        canceller.process(chunk.astype("<i2").tobytes(), now)
+        evidence = canceller.evidence(0.0)
+        if evidence.playing:
+            known.append((now, evidence.expected_residual_db is not None))
+    assert all(k for t, k in known if 1.2 < t <= resume_at)  # before and through the hold
+    unsure = [t for t, k in known if not k]
+    assert unsure and resume_at <= unsure[0] < resume_at + 0.1
+    assert 1.4 < unsure[-1] - unsure[0] < 3.0  # 1.5 s of its sound (and its pauses), then known
+    assert any(k for t, k in known if t > unsure[-1])
+    canceller.hold(6.0)
+    canceller.barge_in()
+    assert canceller.evidence(0.0).expected_residual_db is not None

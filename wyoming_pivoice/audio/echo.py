@@ -102,6 +102,11 @@ LINEAR_TAIL_SECONDS = 0.5
 # 11-14 at 5 ppm, 7-11 at 20-50 ppm, 3 at 100 ppm, where its residual echo stood up to 10 dB
 # over the estimate and made self barge-ins); AEC3 follows the drift, so AEC3's rules do.
 LINEAR_MIN_ERLE_DB = 12.0
+# A reply held and played on (EchoCanceller.hold) comes through a speaker command opened anew;
+# live (the room test, busy load ×2) its echo came more than the estimate's 0.5 s window after
+# its reference, stood 22 dB over the expected residual at Silero 0.67-0.73 and stopped the
+# reply. For its first 1.5 s of sound (CONVERGE_FRAMES) the turn policy gets no estimate.
+RESUME_UNSURE_FRAMES = CONVERGE_FRAMES
 
 
 class LivekitApm:
@@ -514,6 +519,9 @@ class EchoCanceller:
         self._chunk_linear = 0.0
         self._chunk_linear_expected = 0.0
         self.stats = EchoStats()
+        self._unsure: int | None = None  # audible frames left without an estimate (hold)
+        # Held: the next sound from this timeline index on is the reply playing on.
+        self._resume_index: int | None = None
 
     # ---- the timeline -----------------------------------------------------------------
 
@@ -572,6 +580,7 @@ class EchoCanceller:
         with self._lock:
             self._trim(at)
             self.estimate.restart_onset()
+            self._resume_index = self._index(at)
 
     def _trim(self, at: float) -> None:
         ref, index = self._ref, self._index(at)
@@ -586,6 +595,7 @@ class EchoCanceller:
             self._barge_in()
 
     def _barge_in(self) -> None:
+        self._resume_index, self._unsure = None, None  # a held reply stopped for good
         self.estimate.forget_erle()
         if not self.settings.echo_cancellation:
             return
@@ -699,6 +709,13 @@ class EchoCanceller:
             mic_energy = float(np.mean(near.astype(np.float64) ** 2)) * scale
             out_energy = float(np.mean(out.astype(np.float64) ** 2)) * scale
             self.estimate.frame(ref_energy, mic_energy, out_energy, audible, echo)
+            resumed = self._resume_index
+            if audible and resumed is not None and self._capture_index >= resumed:
+                self._resume_index, self._unsure = None, RESUME_UNSURE_FRAMES  # it plays on
+            if self._unsure is not None and audible:
+                self._unsure -= 1
+                if self._unsure <= 0:
+                    self._unsure = None
             if self._linear is not None:
                 lin = self._linear.process(near, np.frombuffer(render_pcm, dtype=np.int16)).copy()
             if lin is not None:
@@ -785,12 +802,16 @@ class EchoCanceller:
             self._voice_in_window = True
         estimate = self.estimate
         linear = linear_probability is not None and self.linear
+        # A reply played on after a hold comes through a speaker command opened anew, whose
+        # echo may come later than the estimate expects it: until it has played a while, no
+        # estimate (turn_policy then holds the VAD alone to more, and holds nothing).
+        unsure = self._unsure is not None
         return Evidence(
             probability,
             playing=self._echo_possible(),
             coupling_db=estimate.coupling_db,
             residual_db=round(_db(self._chunk_residual), 1),
-            expected_residual_db=round(_db(self._chunk_expected), 1),
+            expected_residual_db=None if unsure else round(_db(self._chunk_expected), 1),
             linear_probability=linear_probability if linear else None,
             linear_residual_db=round(_db(self._chunk_linear), 1) if linear else None,
             linear_expected_db=round(_db(self._chunk_linear_expected), 1) if linear else None,
