@@ -3,6 +3,8 @@ endpointer's barge-in events that both modes consume."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from wyoming_pivoice.satellite.endpoint import EndpointKind, EndpointLogic
 from wyoming_pivoice.satellite.settings import VadSettings
 from wyoming_pivoice.satellite.turn_policy import Decision, Evidence, TurnPolicy, decide
@@ -303,3 +305,10 @@ def test_the_echo_of_the_next_words_before_its_estimate_rises_holds_nothing() ->
     out = acts([frame(0.02, -57.8, -53.2), frame(0.03, -42.1, -53.2), frame(0.09, -41.7, -53.2),
                 frame(0.09, -51.5, -21.4), frame(0.08, -55.5, -21.4)])  # fmt: skip
     assert "hold" not in out
+
+
+def test_nothing_is_held_while_the_echo_estimate_is_not_settled() -> None:
+    # A reply's first moments, the canceller's first seconds, after a barge-in: the full echo
+    # is expected, and both holds with nobody speaking in the room tests came there.
+    unsettled = [replace(over_echo(0.05, 12.0), settled=False)] * 4
+    assert "hold" not in acts(unsettled)

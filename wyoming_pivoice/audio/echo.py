@@ -365,6 +365,12 @@ class EchoEstimate:
         self._audible = 0
         self._held = max(self._held, self._expected_now())  # the echo is expected in full at once
 
+    @property
+    def settled(self) -> bool:
+        """What the canceller achieves is counted on (see _expected_now): not in a reply's
+        first moments, nor in the first CONVERGE_FRAMES of echo after a start or a barge-in."""
+        return self._since_onset >= self.onset_frames and self._audible >= self.converge_frames
+
     def restart_onset(self) -> None:
         """The next sound of the reference starts a reply (its first ONSET_FRAMES)."""
         self._silent_frames = ONSET_QUIET_FRAMES
@@ -390,8 +396,7 @@ class EchoEstimate:
         # restart: a self-made turn 0.3 s into the next reply). Count on no cancelling for
         # its first 0.5 s: only a voice louder than the echo itself interrupts then; so in
         # the first CONVERGE_FRAMES of echo after the canceller started or a barge-in.
-        settled = self._since_onset >= self.onset_frames and self._audible >= self.converge_frames
-        erle = self.erle_db if settled else 0.0
+        erle = self.erle_db if self.settled else 0.0
         return echo / 10 ** (erle / 10) + self.floor
 
 
@@ -812,6 +817,7 @@ class EchoCanceller:
             coupling_db=estimate.coupling_db,
             residual_db=round(_db(self._chunk_residual), 1),
             expected_residual_db=None if unsure else round(_db(self._chunk_expected), 1),
+            settled=estimate.settled,
             linear_probability=linear_probability if linear else None,
             linear_residual_db=round(_db(self._chunk_linear), 1) if linear else None,
             linear_expected_db=round(_db(self._chunk_linear_expected), 1) if linear else None,

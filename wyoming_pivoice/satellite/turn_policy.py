@@ -71,6 +71,9 @@ class Evidence:
     coupling_db: float | None = None  # echo level − reference level; None: not known yet
     residual_db: float | None = None  # the cleaned frame's level
     expected_residual_db: float | None = None  # what the echo alone would leave now
+    # The canceller's achievement is counted in that (not a reply's first moments, nor the
+    # first seconds after a start or a barge-in, where the full echo is expected instead).
+    settled: bool = True
     # The same of the linear filter beside AEC3 (echo.py, mdf.py): its output keeps a voice
     # that AEC3's suppression takes off; None: no linear filter.
     linear_probability: float | None = None  # VAD speech probability of its output
@@ -154,6 +157,7 @@ class TurnPolicy:
     # (the reply's next words coming back a frame or two before the estimate rises: live, two
     # holds with nobody speaking in the room tests, 11-16 dB over at Silero 0.02-0.09 as a
     # reply started or went on after a pause). Offline it costs 6 of 150 holds within 300 ms.
+    # Nor while the estimate is not settled (Evidence.settled): both such holds came there.
     hold_confirm_frames: int = 1
     hold_leap_db: float = 10.0
     hold_gap_frames: int = 31  # 1 s
@@ -174,6 +178,8 @@ def suspect(evidence: Evidence, policy: TurnPolicy) -> bool:
         return False
     if evidence.coupling_db <= policy.no_coupling_db:
         return False  # no echo: `decide` takes a voice over the reply as fast as it can be
+    if not evidence.settled:
+        return False
     excess = evidence.excess_db
     return (
         excess is not None
