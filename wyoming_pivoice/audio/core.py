@@ -379,20 +379,23 @@ class FastBargeIn:
 
     def cancel_hold(self) -> None:
         """The hold asked for did not happen (nothing was playing to hold)."""
-        self._held = None
+        self._held = self._waited = None
         self._suspect = 0
 
     def step(self, evidence: Evidence, in_speech: bool) -> Act:
         """One chunk's evidence; `in_speech`: the endpointer already has an utterance (its
         own start decides then; over a held reply it is the user's: stop it)."""
+        policy = self.policy
         self._since_release += 1
+        previous, self._last_expected = self._last_expected, evidence.expected_residual_db
         if in_speech:
             self._voiced = self._ignored = self._suspect = 0
+            self._waited = None
             if self._held is not None:
                 self._held = None
                 return Act.INTERRUPT
             return Act.NONE
-        decision = decide(evidence, self._voiced, self.policy)
+        decision = decide(evidence, self._voiced, policy)
         if decision is Decision.IGNORE:
             self._ignored += 1
             if self._ignored >= FAST_FORGET_FRAMES:
@@ -406,44 +409,46 @@ class FastBargeIn:
             decision is Decision.START and self._held is not None
         ):
             self._voiced = self._suspect = 0
-            self._held = None
+            self._held = self._waited = None
             return Act.INTERRUPT
         if self._held is not None:
             self._held += 1
             # A candidate under way keeps it held a little longer (the endpointer's own start).
-            policy = self.policy
             wait = policy.hold_frames + (policy.echo_min_speech_frames if self._voiced else 0)
-            if self._held >= wait:
-                self._held = None
-                self._suspect = 0
-                self._since_release = 0
-                return Act.RELEASE
-            return Act.NONE
+            if self._held < wait:
+                return Act.NONE
+            self._held = None
+            self._since_release = 0
+            return Act.RELEASE
+        return Act.HOLD if self._hold(evidence, previous) else Act.NONE
+
+    def _hold(self, evidence: Evidence, previous: float | None) -> bool:
+        """Whether to hold the reply now (turn_policy.suspect, then TurnPolicy.hold_*)."""
         policy = self.policy
-        expected = evidence.expected_residual_db
-        previous, self._last_expected = self._last_expected, expected
-        if self._waited is not None:
+        if self._waited is None:
+            self._suspect = self._suspect + 1 if suspect(evidence, policy) else 0
+            if self._suspect < policy.hold_min_frames:
+                return False
+            if self._since_release < policy.hold_gap_frames:
+                return False
+            self._waited = 0
+        else:
             # The frame after: the echo's estimate did not leap (a reply's next words after a
             # pause: live, their echo came a frame or two before the estimate rose, 11-16 dB
             # over it at Silero 0.02-0.09 — a hold with nobody speaking, twice in the tests).
+            expected = evidence.expected_residual_db
             leap = expected - previous if expected is not None and previous is not None else 0.0
             if leap >= policy.hold_leap_db:
                 self._waited = None
                 self._suspect = 0
-                return Act.NONE
+                return False
             self._waited += 1
-        else:
-            self._suspect = self._suspect + 1 if suspect(evidence, policy) else 0
-            if self._suspect >= policy.hold_min_frames and (
-                self._since_release >= policy.hold_gap_frames
-            ):
-                self._waited = 0
-        if self._waited is not None and self._waited >= policy.hold_confirm_frames:
-            self._waited = None
-            self._suspect = 0
-            self._held = 0
-            return Act.HOLD
-        return Act.NONE
+        if self._waited < policy.hold_confirm_frames:
+            return False
+        self._waited = None
+        self._suspect = 0
+        self._held = 0
+        return True
 
 
 class LinearScore:
