@@ -255,7 +255,10 @@ def over_echo(prob: float, excess: float, coupling: float = -6.0) -> Evidence:
     return Evidence(prob, True, coupling, residual_db=-40 + excess, expected_residual_db=-40)
 
 
-def acts(evidence: list[Evidence], policy: TurnPolicy = POLICY) -> list[str]:
+HOLDING = replace(POLICY, hold=True)  # --hold-reply
+
+
+def acts(evidence: list[Evidence], policy: TurnPolicy = HOLDING) -> list[str]:
     from wyoming_pivoice.audio.core import FastBargeIn
 
     fast = FastBargeIn(policy)
@@ -312,3 +315,8 @@ def test_nothing_is_held_while_the_echo_estimate_is_not_settled() -> None:
     # is expected, and both holds with nobody speaking in the room tests came there.
     unsettled = [replace(over_echo(0.05, 12.0), settled=False)] * 4
     assert "hold" not in acts(unsettled)
+
+
+def test_without_hold_reply_nothing_is_held() -> None:
+    voice = [over_echo(0.03, 9.0), over_echo(0.05, 11.0), over_echo(0.04, 3.0)]
+    assert "hold" not in acts(voice + [over_echo(0.0, -5.0)] * 3, POLICY)

@@ -425,6 +425,8 @@ class FastBargeIn:
     def _hold(self, evidence: Evidence, previous: float | None) -> bool:
         """Whether to hold the reply now (turn_policy.suspect, then TurnPolicy.hold_*)."""
         policy = self.policy
+        if not policy.hold:
+            return False
         if self._waited is None:
             self._suspect = self._suspect + 1 if suspect(evidence, policy) else 0
             if self._suspect < policy.hold_min_frames:

@@ -42,6 +42,7 @@ def policy_from(settings: VadSettings) -> TurnPolicy:
         echo_threshold=settings.echo_threshold,
         min_speech_frames=max(1, _frames(settings.min_speech_ms)),
         echo_min_speech_frames=max(1, _frames(settings.echo_min_speech_ms)),
+        hold=settings.hold_reply,
     )
 
 

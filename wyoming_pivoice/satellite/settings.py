@@ -86,6 +86,12 @@ class VadSettings:
     echo_min_speech_ms: int = 250
     # An utterance that started over a reply ends after this much silence (lab room.words).
     echo_silence_ms: int = 600
+    # Hold (pause) a reply on what may be a voice over it and play it on if it was not
+    # (turn_policy.suspect; docs/room.md, session 16): the sound stops sooner over a loud echo,
+    # but live a false hold and two scored self barge-ins came with it once: off until measured.
+    hold_reply: bool = opt(
+        False, "--hold-reply", help="pause a reply on a possible voice over it (experimental)"
+    )
     silence_ms: int = opt(
         300,
         "--vad-silence-ms",

@@ -146,6 +146,7 @@ class TurnPolicy:
     # two frames ≥ 6 dB over the expected residual at Silero ≥ 0.02 came 150/150 voices, 122
     # within 250 ms of the onset (median 153 ms), and never on the echo alone; at any Silero
     # (0.00: AEC3's leaks look like that) 141/150 but 337 times on the echo, once every 5 s.
+    hold: bool = False  # VadSettings.hold_reply
     hold_threshold: float = 0.02
     hold_margin_db: float = 6.0
     hold_min_frames: int = 2

@@ -298,8 +298,9 @@ def main() -> None:  # pragma: no cover - a lab tool
         "--canceller", default="livekit", help="livekit or aec3 (ours, EchoSettings.canceller)"
     )
     parser.add_argument("--aec3-config", default="", help="field=value,... (our AEC3's config)")
+    parser.add_argument("--hold", action="store_true", help="hold the reply (--hold-reply)")
     args = parser.parse_args()
-    policy = policy_from(VadSettings())
+    policy = policy_from(VadSettings(hold_reply=args.hold))
     if args.linear_rule:
         threshold, margin, frames = args.linear_rule.split(",")
         policy = replace(

@@ -260,7 +260,8 @@ def main() -> None:  # pragma: no cover - a lab tool
     vad_settings = VadSettings()
     for setting in args.vad:
         key, value = setting.split("=")
-        vad_settings = replace(vad_settings, **{key: int(value)})
+        # Integer settings only (a bool field beside them now: --hold-reply).
+        vad_settings = replace(vad_settings, **{key: int(value)})  # type: ignore[arg-type]
     vad = SileroVad()
     asr = WhisperAsr(AsrSettings())
     utterances = []
