@@ -373,10 +373,6 @@ class FastBargeIn:
         self._waited: int | None = None  # frames since suspect frames asked for a hold
         self._since_release = policy.hold_gap_frames
 
-    @property
-    def held(self) -> bool:
-        return self._held is not None
-
     def cancel_hold(self) -> None:
         """The hold asked for did not happen (nothing was playing to hold)."""
         self._held = self._waited = None

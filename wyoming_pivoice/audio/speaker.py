@@ -726,11 +726,17 @@ class ContinuousSink:
     def release(self) -> None:
         """Thread-safe: a held reply plays on where it stopped."""
         with self._lock:
-            if self.held_at is None:
-                return
-            self._held_s += time.monotonic() - self.held_at
-            self.held_at = None
-            self._released.set()
+            self._end_hold()
+
+    def _end_hold(self) -> bool:
+        """Under the lock: the hold (if any) is over; its time counts for a drain's bound and
+        the speaker thread waiting on it goes on. Returns whether there was one."""
+        held_at, self.held_at = self.held_at, None
+        if held_at is None:
+            return False
+        self._held_s += time.monotonic() - held_at
+        self._released.set()
+        return True
 
     def cut(self, hold: bool = False) -> bool:
         """Thread-safe stop: the current reply's queued audio is dropped at once (what is
@@ -747,11 +753,7 @@ class ContinuousSink:
                 self._cut = True
                 # A held reply stopped sounding when it was held.
                 self.cut_at = self.held_at or time.monotonic()
-            was_held = self.held_at is not None
-            if was_held:
-                self._held_s += time.monotonic() - (self.held_at or 0.0)
-                self.held_at = None
-                self._released.set()
+            was_held = self._end_hold()
             reply.pending.clear()
             reply.ended = True
             if reply.first_due is not None:
