@@ -37,3 +37,15 @@ def test_a_barge_in_on_the_users_question_in_a_pause_of_the_reply_is_the_users()
     # The same stop with nobody speaking is the satellite's own.
     alone = _score(_run([_turn(15.0, 10.0)], [reply]), [question], {})
     assert alone["self_barge_ins"] == 1
+
+
+def test_where_the_reference_was_placed_is_told_per_room() -> None:
+    from pivoice_lab.bench.room import _placement_text
+
+    text = _placement_text(
+        {"reference_ms": [-9.7, -8.3, None], "microphone_ms": [1.25, 1.25, None],
+         "lag_ms": [261.0, 259.5, None]}
+    )  # fmt: skip
+    assert "reference placed -9.7 to -8.3 ms from where it played" in text
+    assert "AEC3's lag 259.5 to 261 ms over 2 replies" in text
+    assert _placement_text({}) == "."

@@ -504,3 +504,36 @@ def test_a_held_reply_gives_no_estimate_for_its_first_seconds_when_it_plays_on(r
     canceller.hold(6.0)
     canceller.barge_in()
     assert canceller.evidence(0.0).expected_residual_db is not None
+
+
+def test_the_evidence_gives_the_microphones_level_before_cancelling():
+    canceller = EchoCanceller(EchoSettings())
+    tone = 0.1 * np.sqrt(2) * np.sin(2 * np.pi * 440 * np.arange(CHUNK_SAMPLES * 8) / RATE)
+    pcm = (tone * 32767).astype("<i2").tobytes()  # −20 dBFS
+    size = CHUNK_SAMPLES * 2
+    for n in range(8):
+        canceller.process(pcm[n * size : (n + 1) * size], (n + 1) * CHUNK_SECONDS)
+    evidence = canceller.evidence(0.0)
+    assert evidence.mic_db is not None and abs(evidence.mic_db + 20) < 0.5
+
+
+def test_the_aec_dump_holds_the_microphone_and_the_reference_as_compared(tmp_path, monkeypatch):
+    from wyoming_pivoice.audio import echo
+
+    monkeypatch.setattr(echo, "DUMP_SECONDS", 1.5)  # its bound, made small
+    path = tmp_path / "aec.raw"
+    canceller = EchoCanceller(EchoSettings(dump=str(path)))
+    rng = np.random.default_rng(3)
+    played = (rng.standard_normal(RATE // 2) * 3000).astype("<i2")
+    canceller.reference(played.tobytes(), AudioFormat(RATE, 2, 1), 0.5)  # due at 0.5 s
+    mic = (rng.standard_normal(CHUNK_SAMPLES * 60) * 1000).astype("<i2")  # 1.9 s
+    for n in range(60):
+        chunk = mic[n * CHUNK_SAMPLES : (n + 1) * CHUNK_SAMPLES].tobytes()
+        canceller.process(chunk, 0.032 * (n + 1))  # read as its last sample is captured
+    dump = np.frombuffer(path.read_bytes(), dtype="<i2").reshape(-1, 2)
+    assert len(dump) == round(1.5 * RATE)  # bounded
+    assert np.array_equal(dump[:, 0], mic[: len(dump)])  # the microphone, in order
+    # The reference where it was placed: due 0.5 s after the microphone's first sample.
+    start = RATE // 2
+    assert not dump[:start, 1].any()
+    assert np.allclose(dump[start : start + len(played), 1], played, atol=2)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pivoice_lab.bench.room import reply_lags
 from pivoice_lab.bench.servers import warm
 from pivoice_lab.room.acoustics import RoomAcoustics
 from pivoice_lab.room.session import RoomRun, run_satellite_in_room
@@ -32,16 +33,24 @@ def describe(run: RoomRun) -> str:
 
 
 async def room_run(
-    server_port: int, tmp_path: Path, script: list[Say], *extra: str, limit_s: float = 60
+    server_port: int,
+    tmp_path: Path,
+    script: list[Say],
+    *extra: str,
+    limit_s: float = 60,
+    record: bool = False,
 ) -> RoomRun:
     uri = f"tcp://127.0.0.1:{server_port}"
     await warm(uri)  # the room's clock does not wait for models still loading
-    return await run_satellite_in_room(uri, script, ECHOING, tmp_path, *extra, limit_s=limit_s)
+    return await run_satellite_in_room(
+        uri, script, ECHOING, tmp_path, *extra, limit_s=limit_s, record=record
+    )
 
 
 async def test_one_question_in_an_echoing_room_is_one_turn(server_port: int, tmp_path: Path):
     question = said("What is the capital of France?", tmp_path / "q.wav", at=0.5)
-    run = await room_run(server_port, tmp_path, [question])
+    dump = tmp_path / "aec.raw"
+    run = await room_run(server_port, tmp_path, [question], "--aec-dump", str(dump), record=True)
     assert run.settled, describe(run)
     assert len(run.turns) == 1, describe(run)
     [turn] = run.turns
@@ -53,6 +62,13 @@ async def test_one_question_in_an_echoing_room_is_one_turn(server_port: int, tmp
     assert len(turn["reply"]) / 30 < reply.seconds < len(turn["reply"]) / 5 + 1.5
     # The canceller took the reply's echo out of the microphone.
     assert turn["echo"]["erle_db"] > 10, turn["echo"]
+    # What it compared (--aec-dump) against what the room played and heard: the reference
+    # placed no later than it played (it is stamped when written), so AEC3 got it before its
+    # echo, by the room's delay and a little more.
+    lags = reply_lags(run, dump, ECHOING.delay_ms)
+    [reference], [lag] = lags["reference_ms"], lags["lag_ms"]
+    assert reference is not None and reference <= 1.0, lags
+    assert lag is not None and ECHOING.delay_ms - 1.0 <= lag <= ECHOING.delay_ms + 60, lags
 
 
 # A headset: the microphone does not hear the speaker at all.

@@ -275,6 +275,25 @@ def test_a_voice_the_rules_do_not_take_yet_holds_the_reply_and_then_stops_it() -
     assert out[3:] == ["none", "interrupt"]
 
 
+def test_a_held_reply_the_front_will_not_stop_plays_on() -> None:
+    # The rules say INTERRUPT over a held reply but the front declines (its snapshot: no
+    # barge-in now): the reply plays on at once, not after the sink's own 3 s bound.
+    from types import SimpleNamespace
+
+    from wyoming_pivoice.audio.core import CoreSource
+
+    endpointer = SimpleNamespace(logic=SimpleNamespace(policy=HOLDING), in_speech=False)
+    core = CoreSource(None, None, endpointer)  # type: ignore[arg-type]
+    calls: list[str] = []
+    core.on_hold = lambda: calls.append("hold") is None
+    core.on_release = lambda: calls.append("release")
+    core.on_interrupt = lambda: calls.append("interrupt") is not None  # declined
+    voice = [over_echo(0.03, 9.0), over_echo(0.05, 11.0), over_echo(0.04, 3.0)]
+    for evidence in voice + [over_echo(0.9, 20.0)] * 2:
+        core._fast_barge_in(evidence, 0.0)
+    assert calls == ["hold", "interrupt", "release"]
+
+
 def test_a_held_reply_plays_on_when_no_voice_comes() -> None:
     leak = [over_echo(0.03, 9.0)] * 2
     quiet = [over_echo(0.0, -5.0)] * POLICY.hold_frames

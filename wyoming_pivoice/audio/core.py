@@ -300,9 +300,10 @@ class CoreSource:
                 # What the turn policy weighed, chunk by chunk while a reply may be heard: a
                 # barge-in missed or a self-made one in a live run is read from these lines.
                 _LOGGER.debug(
-                    "Over the reply at %.3f: VAD %.2f, residual %s dB, expected %s dB; "
+                    "Over the reply at %.3f: VAD %.2f, mic %s dB, residual %s dB, expected %s dB; "
                     "linear VAD %s, residual %s dB, expected %s dB, ERLE %.1f dB",
-                    now, probability, evidence.residual_db, evidence.expected_residual_db,
+                    now, probability, evidence.mic_db, evidence.residual_db,
+                    evidence.expected_residual_db,
                     evidence.linear_probability and round(evidence.linear_probability, 2),
                     evidence.linear_residual_db, evidence.linear_expected_db,
                     canceller.linear_estimate.erle_db,
@@ -337,7 +338,11 @@ class CoreSource:
             return
         decided = time.monotonic()
         if not self.on_interrupt():
-            return  # already cut (the loop has not taken the utterance yet), or not allowed
+            # Already cut (the loop has not taken the utterance yet), or not allowed now: a
+            # reply held for this voice plays on (else it stayed silent HOLD_MAX_SECONDS).
+            if self.on_release is not None:
+                self.on_release()
+            return
         # Where a barge-in's time goes: the chunk's capture → the decision (the mic's
         # transport and this thread) → the cut (the speaker's lock, AEC3's second filter).
         _LOGGER.info(

@@ -25,7 +25,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 from wyoming.audio import AudioFormat
@@ -107,6 +107,7 @@ LINEAR_MIN_ERLE_DB = 12.0
 # its reference, stood 22 dB over the expected residual at Silero 0.67-0.73 and stopped the
 # reply. For its first 1.5 s of sound (CONVERGE_FRAMES) the turn policy gets no estimate.
 RESUME_UNSURE_FRAMES = CONVERGE_FRAMES
+DUMP_SECONDS = 600.0  # --aec-dump's bound: 10 min (38 MB)
 
 
 class LivekitApm:
@@ -515,6 +516,7 @@ class EchoCanceller:
         self.estimate = EchoEstimate()
         self._chunk_residual = 0.0  # mean-square energy of the last chunk's output
         self._chunk_expected = 0.0  # …and what the echo alone would have left of it
+        self._chunk_mic = 0.0  # …and the microphone's, before cancelling
         # The linear filter beside AEC3 (mdf.py), for the barge-in decision alone: its output
         # keeps a voice AEC3's suppression takes off; None where off or not loadable.
         self._linear = None if self._native_linear else open_linear(settings)
@@ -527,6 +529,13 @@ class EchoCanceller:
         self._unsure: int | None = None  # audible frames left without an estimate (hold)
         # Held: the next sound from this timeline index on is the reply playing on.
         self._resume_index: int | None = None
+        self._dump: BinaryIO | None = None  # --aec-dump
+        self._dump_left = round(DUMP_SECONDS * RATE)  # frames it may still take
+        if settings.dump:
+            try:
+                self._dump = open(settings.dump, "wb", buffering=0)  # noqa: SIM115 - kept open
+            except OSError as err:
+                _LOGGER.warning("No AEC dump: cannot write %s (%s)", settings.dump, err)
 
     # ---- the timeline -----------------------------------------------------------------
 
@@ -693,8 +702,9 @@ class EchoCanceller:
         linear_outputs = [self._linear_out]
         used = 0
         scale = 1.0 / (32768.0 * 32768.0)
-        residual = expected = linear = linear_expected = 0.0
+        residual = expected = linear = linear_expected = heard = 0.0
         frames = 0
+        dumped: list[np.ndarray] = []
         while len(pending) - used >= FRAME:
             ref = self._reference_frame(self._capture_index)
             if self._ref.end < self._capture_index + FRAME <= self._ref.fed_until:
@@ -705,6 +715,8 @@ class EchoCanceller:
                 self._last_echo_index = self._capture_index
             render_pcm = _to_pcm16(ref)
             near = pending[used : used + FRAME]
+            if self._dump is not None:
+                dumped.append(np.column_stack([near, np.frombuffer(render_pcm, np.int16)]))
             out, lin = self._apm.frame(render_pcm, near)
             if self._second is not None:
                 out = self._second_frame(render_pcm, near, out, audible)
@@ -737,11 +749,13 @@ class EchoCanceller:
             outputs.append(chosen)
             residual += float(np.mean(chosen.astype(np.float64) ** 2)) * scale
             expected += self.estimate.expected_residual()
+            heard += mic_energy
             frames += 1
             used += FRAME
             self._capture_index += FRAME
         if frames:
             self._chunk_residual, self._chunk_expected = residual / frames, expected / frames
+            self._chunk_mic = heard / frames
             self._chunk_linear = linear / frames
             self._chunk_linear_expected = linear_expected / frames
         if self.linear_filter:
@@ -751,6 +765,8 @@ class EchoCanceller:
                 lin_all = np.concatenate([np.zeros(short, np.int16), lin_all])
             self._linear_out = lin_all[len(samples) :].copy()
             self.linear_chunk = lin_all[: len(samples)].astype("<i2").tobytes()
+        if dumped:
+            self._write_dump(np.concatenate(dumped), first)
         self._pending = pending[used:].copy()
         out_all = np.concatenate(outputs)
         if len(out_all) < len(samples):  # a chunk of another size: the lag grows to fit
@@ -759,6 +775,26 @@ class EchoCanceller:
         self._out = out_all[len(samples) :].copy()
         self.stats.lag_samples = self.delay_samples
         return out_all[: len(samples)].astype("<i2").tobytes()
+
+    def _write_dump(self, frames: np.ndarray, first: int) -> None:
+        """--aec-dump: (microphone, reference) sample pairs as AEC3 got them, in order."""
+        dump = self._dump
+        assert dump is not None
+        if self._dump_left == round(DUMP_SECONDS * RATE):
+            assert self._origin is not None
+            start = self._origin + (first - len(self._pending)) / RATE
+            _LOGGER.info("AEC dump to %s from monotonic %.6f", dump.name, start)
+        frames = frames[: self._dump_left]
+        try:
+            dump.write(frames.astype("<i2").tobytes())
+        except OSError as err:
+            _LOGGER.warning("The AEC dump stopped: %s", err)
+            frames = frames[:0]
+            self._dump_left = 0
+        self._dump_left -= len(frames)
+        if self._dump_left <= 0:
+            dump.close()
+            self._dump = None
 
     def _count(self, near: np.ndarray, out: np.ndarray) -> None:
         scale = 1.0 / (32768.0 * 32768.0)
@@ -818,6 +854,7 @@ class EchoCanceller:
             residual_db=round(_db(self._chunk_residual), 1),
             expected_residual_db=None if unsure else round(_db(self._chunk_expected), 1),
             settled=estimate.settled,
+            mic_db=round(_db(self._chunk_mic), 1),
             linear_probability=linear_probability if linear else None,
             linear_residual_db=round(_db(self._chunk_linear), 1) if linear else None,
             linear_expected_db=round(_db(self._chunk_linear_expected), 1) if linear else None,

@@ -142,6 +142,14 @@ class EchoSettings:
     # Whose AEC3: "livekit" (its APM) or "aec3", ours (audio/aec3.py, native/aec3), whose
     # suppressor the lab can tune (aec3.CONFIG); livekit's where ours is not installed.
     canceller: str = "livekit"
+    # What the canceller compares, frame by frame (WebRTC's aecdump, in spirit): where the
+    # reference stood against the echo is read from it (lab: room.align).
+    dump: str | None = opt(
+        None,
+        "--aec-dump",
+        help="write what the echo canceller compares to this file, for diagnosis: raw 16 kHz "
+        "s16le, 2 channels (microphone, reference), at most 10 minutes",
+    )
 
     @property
     def active(self) -> bool:

@@ -79,6 +79,9 @@ class Evidence:
     linear_probability: float | None = None  # VAD speech probability of its output
     linear_residual_db: float | None = None
     linear_expected_db: float | None = None
+    # The frame as the microphone heard it, before cancelling (the audio core's debug log:
+    # what the canceller took off a leak or a voice is read from it).
+    mic_db: float | None = None
 
     @property
     def echo_heard(self) -> bool:

@@ -105,6 +105,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="ARG",
         help="extra argument for the server (repeatable), e.g. --server-arg=--asr-beam-size=5",
     )
+    parser.add_argument(
+        "--satellite-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for the satellite of --room (repeatable), e.g. "
+        "--satellite-arg=--hold-reply",
+    )
 
     peers = parser.add_argument_group("peers")
     peers.add_argument(
@@ -233,6 +241,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         soak=args.soak,
         soak_every=args.soak_every,
         server_args=list(args.server_arg),
+        satellite_args=list(args.satellite_arg),
         server_uri=args.server,
         realtime_playback=args.realtime_playback,
         turn_timeout=args.turn_timeout,

@@ -31,6 +31,7 @@ class BenchOptions:
     soak: int = 0
     soak_every: int = 10
     server_args: list[str] = field(default_factory=list)
+    satellite_args: list[str] = field(default_factory=list)  # the room's satellite (--room)
     server_uri: str | None = None  # a server already running, instead of starting one
     warmup: bool = True  # one untimed turn per pipeline first
     realtime_playback: bool = False

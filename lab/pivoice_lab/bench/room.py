@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..room.acoustics import RoomAcoustics
+from ..room.align import placements
 from ..room.session import RoomRun, run_satellite_in_room
 from ..room.simulator import BLOCK, Reply, Room, Say
 from .corpus import RATE, Utterance
@@ -183,8 +185,10 @@ def run(
     cases: list[RoomCase],
     rounds: int = 1,
     load: int = 0,
+    satellite_args: list[str] | None = None,
 ) -> dict:
-    """Each case in turn; `load` busy processes beside the whole run (see busy_load)."""
+    """Each case in turn; `load` busy processes beside the whole run (see busy_load);
+    `satellite_args` go to every case's satellite."""
     questions = [u for u in utterances if u.kind == "question"]
     commands = [u for u in utterances if u.kind == "command"]
     by_id = {u.id: u for u in utterances}
@@ -202,11 +206,14 @@ def run(
                 script = [Say(questions[0].id, _speech(questions[0]), at=0.5)]
                 extra = ("--no-aec", "--max-turns", "5")
                 limit = 60.0
+            dump = workdir / case.name / "aec.raw"  # what AEC3 compared: where it was placed
+            if echoes:
+                extra += ("--aec-dump", str(dump))
             run_ = asyncio.run(
                 run_satellite_in_room(
                     server_uri, script, case.acoustics(seed=index + 1), workdir / case.name,
-                    *extra, quiet_s=QUIET_S, limit_s=limit, log_level="DEBUG",
-                    record=echoes,
+                    *extra, *(satellite_args or ()), quiet_s=QUIET_S, limit_s=limit,
+                    log_level="DEBUG", record=echoes,
                 )
             )  # fmt: skip
             loads.append(os.getloadavg()[0])
@@ -214,6 +221,8 @@ def run(
             full = scored.pop("full_replies")  # Reply objects: for offline_erle, not the JSON
             offline = offline_erle(run_.room, full) if echoes else []
             offline_db = [e for e in offline if e is not None]
+            lags = reply_lags(run_, dump, case.delay_ms) if echoes else {}
+            dump.unlink(missing_ok=True)  # 64 kB a second
             results.append({
                 "case": asdict(case), "name": case.name, **scored,
                 "offline_erle_db": offline,
@@ -221,6 +230,7 @@ def run(
                 # The room's speaker ran dry this long in all (silence no reference holds
                 # unless the satellite's speaker thread was late by as much).
                 "speaker_underrun_ms": round(sum(n for _, n in run_.room.underruns) / RATE * 1000),
+                "placement": lags,
             })  # fmt: skip
             bar.step()
     return {
@@ -228,6 +238,7 @@ def run(
         "summary": _summary(results),
         "aec_cpu": aec_cpu(),
         "server_args": list(ROOM_SERVER_ARGS),
+        "satellite_args": list(satellite_args or ()),
         "load": {"busy_processes": load, "cores": os.cpu_count(), "load_average_1m": loads},
     }
 
@@ -383,6 +394,34 @@ def _summary(results: list[dict]) -> dict[str, Any]:
     }
 
 
+DUMP_START = re.compile(r"AEC dump to \S+ from monotonic ([\d.]+)")
+
+
+def reply_lags(run: RoomRun, dump: Path, delay_ms: float) -> dict[str, list[float | None]]:
+    """Per reply of a recorded run with `--aec-dump DUMP`: how much later than it played the
+    satellite placed the reference, and its microphone later than captured (room.align), in
+    the reply's first second; and the lag AEC3 got: the room's delay + microphone − reference
+    (a reference placed after its echo: < 0). Empty where the run has no dump."""
+    room, match = run.room, DUMP_START.search(run.log)
+    if match is None or not dump.is_file() or room.recorded_from is None:
+        return {}
+    samples = np.frombuffer(dump.read_bytes(), dtype="<i2").reshape(-1, 2)
+    mic, source = room.recording("mic"), room.recording("source")
+    found: dict[str, list[float | None]] = {"reference_ms": [], "microphone_ms": [], "lag_ms": []}
+    for reply in room.replies:
+        if reply.first_sound is None:
+            continue
+        times = [reply.first_sound + s for s in (0.05, 0.3, 1.0)]
+        at = placements(samples, float(match.group(1)), mic, source, room.recorded_from, times)
+        ref = next((p.reference_ms for p in at if p.reference_ms is not None), None)
+        heard = next((p.microphone_ms for p in at if p.microphone_ms is not None), None)
+        found["reference_ms"].append(ref)
+        found["microphone_ms"].append(heard)
+        lag = None if ref is None or heard is None else round(delay_ms + heard - ref, 1)
+        found["lag_ms"].append(lag)
+    return found
+
+
 def offline_erle(room: Room, replies: list[Reply | None]) -> list[float | None]:
     """What AEC3 achieves on each of `replies` with nothing live in the way (issue #20: the
     live ERLE should stand within 6 dB of it): the microphone exactly as the satellite got it
@@ -491,7 +530,9 @@ def render(room: dict[str, Any]) -> list[str]:
     cpu = room["aec_cpu"]
     load = room.get("load", {})
     return [
-        f"Room (server {' '.join(room['server_args'])}; speaker → room → mic at real time; "
+        f"Room (server {' '.join(room['server_args'])}; "
+        f"satellite {' '.join(room.get('satellite_args', [])) or 'defaults'}; "
+        "speaker → room → mic at real time; "
         f"{load.get('busy_processes', 0)} busy processes on {load.get('cores')} cores, load "
         f"average {' '.join(f'{x:.1f}' for x in load.get('load_average_1m', []))}):",
         render_table(headers, rows),
@@ -515,13 +556,30 @@ def render(room: dict[str, Any]) -> list[str]:
         *(
             f"{r['name']}: ERLE dB per full reply, live / offline: "
             + (", ".join(f"{live:.0f}/{_db_text(off)}" for live, off in pairs) or "—")
-            + f"; the room's speaker ran dry {r.get('speaker_underrun_ms', '?')} ms in all."
+            + f"; the room's speaker ran dry {r.get('speaker_underrun_ms', '?')} ms in all"
+            + _placement_text(r.get("placement") or {})
             for r in room["cases"]
             if r["case"]["aec"] and r["case"]["echo_db"] > HEADSET_DB
             for pairs in [list(zip(r["erle_db"], r.get("offline_erle_db") or [], strict=False))]
         ),
         "",
     ]
+
+
+def _placement_text(placement: dict[str, list[float | None]]) -> str:
+    """The per-case line's end: where the reference and microphone were placed (reply_lags)."""
+
+    def span(key: str) -> str:
+        values = [v for v in placement.get(key, []) if v is not None]
+        return f"{min(values):g} to {max(values):g}" if values else "—"
+
+    if not placement:
+        return "."
+    return (
+        f"; reference placed {span('reference_ms')} ms from where it played, microphone "
+        f"{span('microphone_ms')} ms: AEC3's lag {span('lag_ms')} ms over "
+        f"{sum(v is not None for v in placement.get('lag_ms', []))} replies."
+    )
 
 
 def _db_text(value: float | None) -> str:

@@ -237,7 +237,13 @@ def _room(options: BenchOptions, utterances: list, workdir: Path) -> dict[str, A
     with serving as server:
         asyncio.run(servers.warm(server.uri))
         result = room.run(
-            server.uri, utterances, workdir / "room", cases, options.room_rounds, options.load
+            server.uri,
+            utterances,
+            workdir / "room",
+            cases,
+            options.room_rounds,
+            options.load,
+            options.satellite_args,
         )
         if options.server_uri:
             result["server_args"] = [f"--server {options.server_uri}"]

@@ -1,5 +1,5 @@
 """What the echo alone left live: the turn policy's evidence over replies, read from the
-satellite logs of `bench --room` (DEBUG lines `Over the reply at T: VAD p, residual r dB,
+satellite logs of `bench --room` (DEBUG lines `Over the reply at T: VAD p, mic m dB, residual r dB,
 expected e dB`, the audio core's `Barge-in on the audio thread at T` and the timing log).
 
 A rule that counts a frame the user's voice must not count what the echo leaves. This takes
@@ -22,7 +22,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-OVER = re.compile(r"Over the reply at ([\d.]+): VAD ([\d.]+), residual (\S+) dB, expected (\S+) dB")
+OVER = re.compile(
+    r"Over the reply at ([\d.]+): VAD ([\d.]+), (?:mic \S+ dB, )?"
+    r"residual (\S+) dB, expected (\S+) dB"
+)
 BARGE_IN = re.compile(r"Barge-in on the audio thread at ([\d.]+)")
 SEQUENCE_GAP_S = 0.1  # frames further apart than this are two sequences
 

@@ -443,6 +443,11 @@ class Room:
 
     # ---- what happened -----------------------------------------------------------------
 
+    @property
+    def recorded_from(self) -> float | None:
+        """Room time of the recordings' first sample (a tick's block is the 32 ms before it)."""
+        return None if self.mic_opened is None else self.mic_opened - BLOCK_SECONDS
+
     def mic_index(self, when: float) -> int:
         """The sample of the microphone stream (and of the recordings) at room time `when`."""
         assert self.mic_opened is not None
