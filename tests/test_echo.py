@@ -537,3 +537,36 @@ def test_the_aec_dump_holds_the_microphone_and_the_reference_as_compared(tmp_pat
     start = RATE // 2
     assert not dump[:start, 1].any()
     assert np.allclose(dump[start : start + len(played), 1], played, atol=2)
+
+
+def test_a_reply_played_on_that_ends_soon_leaves_the_next_reply_its_estimate():
+    rng = np.random.default_rng(9)
+    fmt = AudioFormat(RATE, 2, 1)
+    canceller = EchoCanceller(EchoSettings())
+    speaker = np.zeros(RATE * 7, dtype=np.float32)
+    bursts = [(0.5, 2.0), (2.5, 3.0), (4.5, 6.0)]  # a reply held at 2 s, its last 0.5 s, the next
+    for start, end in bursts:
+        speaker[round(start * RATE) : round(end * RATE)] = (
+            rng.standard_normal(round((end - start) * RATE)) * 0.1
+        )
+    pcm = (speaker * 32767).astype("<i2")
+    acoustics = RoomAcoustics(echo_db=-6, delay_ms=40, tail_ms=60)
+    mic = EchoPath(acoustics).process(speaker) + NoiseFloor(-60, 1).block(len(speaker))
+    piece = round(0.02 * RATE)
+    handed = 0  # the reference is handed over 20 ms at a time, before it plays
+    known: list[tuple[float, bool]] = []
+    for n in range(len(mic) // CHUNK_SAMPLES):
+        now = (n + 1) * CHUNK_SECONDS
+        while handed * piece / RATE < now + 0.1:
+            at = handed * piece / RATE
+            if not 2.0 <= at < 2.5:  # held: nothing plays
+                canceller.reference(pcm[handed * piece : (handed + 1) * piece].tobytes(), fmt, at)
+            handed += 1
+        if now - CHUNK_SECONDS < 2.0 <= now:
+            canceller.hold(2.0)
+        chunk = np.clip(mic[n * CHUNK_SAMPLES : (n + 1) * CHUNK_SAMPLES], -1, 1) * 32767
+        canceller.process(chunk.astype("<i2").tobytes(), now)
+        evidence = canceller.evidence(0.0)
+        known.append((now, evidence.expected_residual_db is not None))
+    assert not all(k for t, k in known if 2.5 < t < 3.0)  # played on: no estimate at first
+    assert all(k for t, k in known if 4.6 < t < 6.0)  # the next reply: its own

@@ -372,6 +372,11 @@ class EchoEstimate:
         first moments, nor in the first CONVERGE_FRAMES of echo after a start or a barge-in."""
         return self._since_onset >= self.onset_frames and self._audible >= self.converge_frames
 
+    @property
+    def between_replies(self) -> bool:
+        """The reference has been silent long enough that its next sound starts a reply."""
+        return self._silent_frames >= ONSET_QUIET_FRAMES
+
     def restart_onset(self) -> None:
         """The next sound of the reference starts a reply (its first ONSET_FRAMES)."""
         self._silent_frames = ONSET_QUIET_FRAMES
@@ -733,6 +738,10 @@ class EchoCanceller:
                 self._unsure -= 1
                 if self._unsure <= 0:
                     self._unsure = None
+            elif self._unsure is not None and self.estimate.between_replies:
+                # The reply played on ended within its unsure window: the next reply's own
+                # onset is counted as any reply's (live, the window ran on 8 s into it).
+                self._unsure = None
             if self._linear is not None:
                 lin = self._linear.process(near, np.frombuffer(render_pcm, dtype=np.int16)).copy()
             if lin is not None:
