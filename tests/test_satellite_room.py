@@ -93,14 +93,23 @@ async def test_under_load_talking_over_the_reply_stops_it_and_is_answered(
     over = said("Turn off the kitchen lights.", tmp_path / "over.wav", reply=1, after_ms=1000)
     uri = f"tcp://127.0.0.1:{server_port}"
     await warm(uri)
+    dump = tmp_path / "aec.raw"
     with busy_load(2 * (os.cpu_count() or 1)):
         # A turn takes seconds longer under load (E2E 15 s at load 12): 30 s of quiet, not 4.
         run = await run_satellite_in_room(
-            uri, [question, over], ECHOING, tmp_path, quiet_s=30.0, limit_s=240
-        )
+            uri, [question, over], ECHOING, tmp_path, "--aec-dump", str(dump),
+            quiet_s=30.0, limit_s=240, record=True,
+        )  # fmt: skip
     assert run.settled, describe(run)
     check_barge_in(run, over)
     assert run.room.replies[1].ended is not None, describe(run)
+    # The answer plays through a new speaker command (the barge-in killed the first): its
+    # reference stands against what played where the first reply's did, so the echo's delay
+    # does not move under AEC3 (it moved up to 5.5 ms when the command's start was polled
+    # every 5 ms: speaker.TAKING_POLL_S).
+    placed = reply_lags(run, dump, ECHOING.delay_ms)["reference_ms"]
+    assert len(placed) == 2 and None not in placed, placed
+    assert abs(placed[0] - placed[1]) <= 3.0, placed
 
 
 async def test_a_headset_barges_in(server_port: int, tmp_path: Path):

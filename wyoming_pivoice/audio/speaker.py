@@ -248,6 +248,12 @@ F_SETPIPE_SZ = 1031  # Linux fcntl
 PIPE_BYTES = 4096  # the smallest pipe: 93 ms at 22050 Hz mono 16-bit
 PRIMER_SECONDS = 0.01
 COMMAND_START_TIMEOUT = 2.0  # a speaker command that reads nothing this long is not waited for
+# How often a new speaker command is looked at until it has read the primer. Its first block
+# plays once the primer has played out, 10 ms after the command took it; the timeline starts
+# when we see it taken. Polled every 5 ms, that varied by 5 ms, and so did where each new
+# command's reply (after a barge-in, a hold) stood against its reference: 4.6-10.1 ms before
+# it played (bench --room, load 4.6), an echo delay that moved up to 5.5 ms between replies.
+TAKING_POLL_S = 0.001
 
 
 class CommandSink(QueuedSink):
@@ -464,7 +470,7 @@ class CommandDevice:
                 return
             if count[0] < len(primer):
                 return
-            time.sleep(0.005)
+            time.sleep(TAKING_POLL_S)
 
     def write(self, pcm: bytes) -> None:
         proc = self._proc
