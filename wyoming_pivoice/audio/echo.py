@@ -798,9 +798,9 @@ class EchoCanceller:
             dump.write(frames.astype("<i2").tobytes())
         except OSError as err:
             _LOGGER.warning("The AEC dump stopped: %s", err)
-            frames = frames[:0]
             self._dump_left = 0
-        self._dump_left -= len(frames)
+        else:
+            self._dump_left -= len(frames)
         if self._dump_left <= 0:
             dump.close()
             self._dump = None

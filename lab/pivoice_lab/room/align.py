@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-RATE = 16000
+from .acoustics import RATE
+
 SILENT_RMS = 1e-3  # a window quieter than −60 dBFS places nothing
 
 
