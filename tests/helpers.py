@@ -79,6 +79,7 @@ def make_speech(
     subprocess.run(
         [
             "sox",
+            "-R",  # repeatable dither: a test's speech is the same sample for sample every run
             str(raw),
             "-r",
             str(rate),
@@ -441,7 +442,7 @@ def spoken(text: str, path: Path, speed: int = 150) -> bytes:
     subprocess.run(["espeak-ng", "-v", "en-us", "-s", str(speed), "-w", str(raw), text], check=True)
     trim = ["silence", "1", "0.02", "0.5%"]
     subprocess.run(
-        ["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(path),
+        ["sox", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(path),
          *trim, "reverse", *trim, "reverse"],
         check=True,
     )  # fmt: skip

@@ -287,7 +287,12 @@ def test_a_barge_in_keeps_the_filter_and_tries_a_fresh_one_beside_it(
     kept_early, kept_whole, _ = _talked_over(reply, user, acoustics, "keep")
     fresh_early, fresh_whole, _ = _talked_over(reply, user, acoustics, "restart")
     assert len(trials) == 1
-    assert early >= 15, (early, kept_early, fresh_early)
+    # Reply 2's first second is the kept filter's (the fresh one is not heard before its first
+    # window is judged): never a restart's cold start. Measured (speech made repeatably, and
+    # over sox's random dither seeds): 35.5-35.8 dB in the -6 dB room, 14.8-15.3 dB in the -3 dB
+    # one with 0.9 s of voice, where a restart happened to start at 30 dB.
+    assert early >= kept_early - 0.5, (early, kept_early, fresh_early)
+    assert early >= 12, (early, kept_early, fresh_early)
     assert whole >= max(kept_whole, fresh_whole) - 3, (whole, kept_whole, fresh_whole)
 
 

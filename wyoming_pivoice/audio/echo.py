@@ -481,9 +481,10 @@ class EchoCanceller:
     after it, and a continuous speaker keeps its delay. But the filter adapts through the
     user's voice while it is over the reply, and AEC3 cannot be told to hold still; measured
     offline (tests/test_echo.py, −6 dB/150 ms and −3 dB/250 ms rooms, the voice 0.25-0.9 s
-    over the reply): the kept filter cancels the next reply's first second well (28-38 dB)
-    and can lose 10 dB later in it (whole reply 8-16 dB), a fresh one is at 24-35 dB in its
-    first second and better later (14-19 dB). So a barge-in starts a fresh AEC3 *beside*
+    over the reply): the kept filter mostly cancels the next reply's first second well
+    (28-38 dB; 15 dB after 0.9 s of voice in the −3 dB room) and can lose 10 dB later in it
+    (whole reply 8-16 dB), a fresh one is at 24-35 dB in its first second and better later
+    (14-19 dB). So a barge-in starts a fresh AEC3 *beside*
     the live one, both fed every frame; over the next reply the better of the two in each
     window is heard (judged on windows without the user's voice), and after TRIAL_WINDOWS
     such windows the worse one is dropped. The next reply never starts on an unconverged
