@@ -222,3 +222,29 @@ def test_a_dip_over_the_reply_does_not_end_the_utterance() -> None:
     # Over the echo the endpoint waits echo_silence_ms after the last voiced frame.
     last = max(i for i, p in enumerate(dip) if p >= 0.35)
     assert events[-1][0] - last == math.ceil(settings.echo_silence_ms / 32)
+
+
+def test_a_late_start_over_a_reply_reaches_back_to_where_the_voice_began() -> None:
+    """Over a reply the turn policy may count a voice only once it has enough of it (CI's
+    under-load room: 640 ms after Silero stood at 0.84 on it); the utterance still holds the
+    voice from its first voiced frame, and the pre-roll before that, not 300 ms before the
+    decision. With nothing playing a start is where Silero rose, and the pre-roll as before."""
+    probabilities = [0.02] * 30 + KITCHEN[11:]  # the voice from frame 30
+    # Barely over what the echo alone would leave: the policy leaves it for the echo's…
+    unsure = Evidence(0.0, True, -6.0, residual_db=-40.0, expected_residual_db=-42.0)
+    # …and 20 frames (640 ms) later it stands well over it.
+    voice = Evidence(0.0, True, -6.0, residual_db=-20.0, expected_residual_db=-42.0)
+    logic = EndpointLogic(VadSettings(speculate_ms=0))
+    events = []
+    for index, prob in enumerate(probabilities):
+        logic.evidence = unsure if index < 50 else voice
+        events += [(index, e) for e in logic.process(prob, frame(index), index * FRAME)]
+    (at, started), *_ = events
+    assert started.kind is EndpointKind.SPEECH_STARTED and at >= 50
+    prespeech = math.ceil(300 / 32)
+    assert frames_in(started.audio)[0] == 30 - prespeech
+    assert frames_in(events[-1][1].audio)[: prespeech + 1] == list(range(30 - prespeech, 31))
+    # Nothing playing: the same voice starts within min_speech of where Silero passed the
+    # threshold (frame 31), with the 300 ms pre-roll before that frame.
+    clear = run(EndpointLogic(VadSettings(speculate_ms=0)), probabilities)
+    assert clear[0][0] <= 36 and frames_in(clear[0][1].audio)[0] == 31 - prespeech

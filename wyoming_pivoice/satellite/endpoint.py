@@ -29,6 +29,14 @@ from .turn_policy import Decision, Evidence, TurnPolicy, decide
 
 FRAME_MS = CHUNK_SECONDS * 1000  # 32 ms
 HYSTERESIS = 0.15  # speech continues until the probability drops this far below the threshold
+# Over a reply the turn policy may leave a voice for the echo's until it has enough of it: CI's
+# under-load room (−6 dB/60 ms, the first reply, its ERLE not yet measured) started the voice
+# 640 ms after Silero first stood at 0.84 on it, and the 300 ms pre-roll lost the command's
+# first words ("of the Christian light" for "turn off the kitchen lights", 6 of 8 runs). A
+# start over a reply reaches back over the run of frames Silero heard voiced before it (gaps
+# up to LOOKBACK_GAP_MS, LOOKBACK_MS at most) and keeps the pre-roll before that run.
+LOOKBACK_MS = 1000
+LOOKBACK_GAP_MS = 64
 
 
 def _frames(ms: float) -> int:
@@ -75,12 +83,18 @@ class EndpointLogic:
         # Speculation must send exactly the audio the endpoint would: pad ≤ speculation.
         self.pad_frames = min(pad, self.speculate_frames) if self.speculate_frames else pad
         self.max_frames = max(self.silence_frames + 1, _frames(settings.max_speech_s * 1000))
-        self._prespeech: deque[bytes] = deque(maxlen=max(0, _frames(settings.prespeech_ms)))
+        self.prespeech_frames = _frames(settings.prespeech_ms)
+        self.lookback_frames = _frames(LOOKBACK_MS)
+        # The frames before a candidate, with their probabilities (for the reach-back).
+        self._prespeech: deque[tuple[bytes, float]] = deque(
+            maxlen=self.prespeech_frames + self.lookback_frames
+        )
         self.reset()
 
     def reset(self) -> None:
         self._prespeech.clear()
         self._frames: list[bytes] = []  # the candidate or utterance, from its first voiced frame
+        self._probabilities: list[float] = []  # …and Silero's probability for each
         self._lead: bytes = b""  # pre-speech audio of the current candidate/utterance
         self._state = "idle"  # idle | candidate | speech
         self._voiced = 0
@@ -103,12 +117,13 @@ class EndpointLogic:
         if self._state == "idle":
             decision = self._decide(probability)
             if decision is not Decision.IGNORE:
-                self._begin_candidate(frame, now)
+                self._begin_candidate(frame, probability, now)
                 return self._maybe_start(decision, now)
-            self._prespeech.append(frame)
+            self._prespeech.append((frame, probability))
             return []
 
         self._frames.append(frame)
+        self._probabilities.append(probability)
         # A candidate's frame is the user's voice when the policy counts it, Silero's
         # threshold or not (a plain voice over a reply: turn_policy), so the endpointer starts
         # where the audio core's fast barge-in stops the reply.
@@ -152,7 +167,7 @@ class EndpointLogic:
         """The stream ended: an utterance in progress ends here (a candidate is dropped)."""
         if self._state != "speech":
             self._state = "idle"
-            self._frames = []
+            self._frames, self._probabilities = [], []
             return []
         audio = self._utterance_audio()
         event = self._event(EndpointKind.ENDPOINT, now, audio, forced=True)
@@ -161,19 +176,34 @@ class EndpointLogic:
 
     # ---- transitions --------------------------------------------------------------------
 
-    def _begin_candidate(self, frame: bytes, now: float) -> None:
+    def _begin_candidate(self, frame: bytes, probability: float, now: float) -> None:
         self._state = "candidate"
-        self._lead = b"".join(self._prespeech)
+        self._over_echo = self.hearing is not Hearing.CLEAR or (
+            self.evidence is not None and self.evidence.playing
+        )
+        held = list(self._prespeech)
+        start = self._voiced_run_start(held) if self._over_echo else len(held)
+        self._lead = b"".join(frame for frame, _ in held[max(0, start - self.prespeech_frames) :])
         self._prespeech.clear()
-        self._frames = [frame]
+        self._frames, self._probabilities = [frame], [probability]
         self._voiced = 1
         self._silence_run = 0
         self._last_voiced_index = 0
         self._speech_start = now
         self._last_voiced = now
-        self._over_echo = self.hearing is not Hearing.CLEAR or (
-            self.evidence is not None and self.evidence.playing
-        )
+
+    def _voiced_run_start(self, held: list[tuple[bytes, float]]) -> int:
+        """Where the run of voiced frames that ends `held` began (len(held): none)."""
+        start, gap = len(held), 0
+        gap_frames = _frames(LOOKBACK_GAP_MS)
+        for index in range(len(held) - 1, max(-1, len(held) - 1 - self.lookback_frames), -1):
+            if held[index][1] >= self.neg_threshold:
+                start, gap = index, 0
+            else:
+                gap += 1
+                if gap > gap_frames:
+                    break
+        return start
 
     def _decide(self, probability: float) -> Decision:
         """The turn policy on this frame, with the candidate's voiced frames before it."""
@@ -196,9 +226,8 @@ class EndpointLogic:
 
     def _drop_candidate(self) -> None:
         """A blip shorter than min_speech: back to idle, its audio becomes pre-speech."""
-        for frame in self._frames:
-            self._prespeech.append(frame)
-        self._frames = []
+        self._prespeech.extend(zip(self._frames, self._probabilities, strict=True))
+        self._frames, self._probabilities = [], []
         self._state = "idle"
 
     def _check_length(self, now: float) -> list[EndpointEvent]:
@@ -220,9 +249,8 @@ class EndpointLogic:
 
     def _finish(self, used: int) -> None:
         # Silence after the padding may be the pre-speech of the next utterance.
-        for frame in self._frames[used:]:
-            self._prespeech.append(frame)
-        self._frames = []
+        self._prespeech.extend(zip(self._frames[used:], self._probabilities[used:], strict=True))
+        self._frames, self._probabilities = [], []
         self._lead = b""
         self._state = "idle"
         self._speculating = False
