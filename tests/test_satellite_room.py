@@ -28,8 +28,20 @@ def said(text: str, path: Path, **when: float | int) -> Say:
 
 
 def describe(run: RoomRun) -> str:
+    """The turns, and the satellite's log: its events whole, the audio core's per-frame
+    debug lines ("Over the reply …") only around the voice said over a reply (a tail of
+    them alone told nothing of why CI's voice made no turn)."""
     turns = [(t["transcript"], t["barged_in"], t["reply"][:60]) for t in run.turns]
-    return f"turns: {turns}\n--- satellite log (tail) ---\n{run.log[-4000:]}"
+    lines = run.log.splitlines()
+    frames = [i for i, line in enumerate(lines) if "Over the reply" in line]
+    keep = set(range(len(lines))) - set(frames)
+    voiced = [i for i in frames if " VAD 0.00," not in lines[i]]
+    for i in voiced[:40]:  # the first voiced frames over a reply, and two before them
+        keep.update(range(max(0, i - 2), i + 1))
+    # A frame's line without its logger's prefix nor the linear filter's (off) fields.
+    short = [line.split("core: ", 1)[-1].split("; linear VAD None")[0] for line in lines]
+    log = "\n".join(short[i] if i in frames else lines[i] for i in sorted(keep))
+    return f"turns: {turns}\n--- satellite log ---\n{log[-16000:]}"
 
 
 async def room_run(
