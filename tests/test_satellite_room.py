@@ -34,13 +34,14 @@ def describe(run: RoomRun) -> str:
     turns = [(t["transcript"], t["barged_in"], t["reply"][:60]) for t in run.turns]
     lines = run.log.splitlines()
     frames = [i for i, line in enumerate(lines) if "Over the reply" in line]
-    keep = set(range(len(lines))) - set(frames)
+    is_frame = set(frames)
+    keep = set(range(len(lines))) - is_frame
     voiced = [i for i in frames if " VAD 0.00," not in lines[i]]
     for i in voiced[:40]:  # the first voiced frames over a reply, and two before them
         keep.update(range(max(0, i - 2), i + 1))
     # A frame's line without its logger's prefix nor the linear filter's (off) fields.
     short = [line.split("core: ", 1)[-1].split("; linear VAD None")[0] for line in lines]
-    log = "\n".join(short[i] if i in frames else lines[i] for i in sorted(keep))
+    log = "\n".join(short[i] if i in is_frame else lines[i] for i in sorted(keep))
     return f"turns: {turns}\n--- satellite log ---\n{log[-16000:]}"
 
 

@@ -85,6 +85,7 @@ class EndpointLogic:
         self.max_frames = max(self.silence_frames + 1, _frames(settings.max_speech_s * 1000))
         self.prespeech_frames = _frames(settings.prespeech_ms)
         self.lookback_frames = _frames(LOOKBACK_MS)
+        self.lookback_gap_frames = _frames(LOOKBACK_GAP_MS)
         # The frames before a candidate, with their probabilities (for the reach-back).
         self._prespeech: deque[tuple[bytes, float]] = deque(
             maxlen=self.prespeech_frames + self.lookback_frames
@@ -183,7 +184,7 @@ class EndpointLogic:
         )
         held = list(self._prespeech)
         start = self._voiced_run_start(held) if self._over_echo else len(held)
-        self._lead = b"".join(frame for frame, _ in held[max(0, start - self.prespeech_frames) :])
+        self._lead = b"".join(pcm for pcm, _ in held[max(0, start - self.prespeech_frames) :])
         self._prespeech.clear()
         self._frames, self._probabilities = [frame], [probability]
         self._voiced = 1
@@ -195,13 +196,12 @@ class EndpointLogic:
     def _voiced_run_start(self, held: list[tuple[bytes, float]]) -> int:
         """Where the run of voiced frames that ends `held` began (len(held): none)."""
         start, gap = len(held), 0
-        gap_frames = _frames(LOOKBACK_GAP_MS)
         for index in range(len(held) - 1, max(-1, len(held) - 1 - self.lookback_frames), -1):
             if held[index][1] >= self.neg_threshold:
                 start, gap = index, 0
             else:
                 gap += 1
-                if gap > gap_frames:
+                if gap > self.lookback_gap_frames:
                     break
         return start
 
