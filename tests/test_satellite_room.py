@@ -119,10 +119,13 @@ async def test_under_load_talking_over_the_reply_stops_it_and_is_answered(
     # The answer plays through a new speaker command (the barge-in killed the first): its
     # reference stands against what played where the first reply's did, so the echo's delay
     # does not move under AEC3 (it moved up to 5.5 ms when the command's start was polled
-    # every 5 ms: speaker.TAKING_POLL_S).
+    # every 5 ms: speaker.TAKING_POLL_S). The room may count the answer as two replies: a
+    # phrase synthesized late under this load can leave a gap of 1.5 s in it (room.REPLY_GAP_S;
+    # CI once: three replies, each placed -9.25 ms); each part must stand alike.
     placed = reply_lags(run, dump, ECHOING.delay_ms)["reference_ms"]
-    assert len(placed) == 2 and None not in placed, placed
-    assert abs(placed[0] - placed[1]) <= 3.0, placed
+    values = [ms for ms in placed if ms is not None]
+    assert len(placed) >= 2 and len(values) == len(placed), placed
+    assert max(values) - min(values) <= 3.0, placed
 
 
 async def test_a_headset_barges_in(server_port: int, tmp_path: Path):
