@@ -72,6 +72,10 @@ LIVE_ECHO = [
      (0.39, -33.2), (0.18, -33.1)],
     [(0.14, -23.0), (0.08, -25.1), (0.08, -25.3), (0.12, -26.9), (0.15, -29.5), (0.10, -30.4),
      (0.10, -28.7), (0.09, 0.9), (0.24, 18.8), (0.28, 22.6), (0.19, 22.3)],
+    # Session 19's bench (-3 dB/250 ms, load 4.6): 0.4 s after a reply's first 0.5 s AEC3 took
+    # 0-15 dB off for 8 chunks; a plain rule at Silero >= 0.01 barged in on its fourth.
+    [(0.03, 11.2), (0.01, 15.4), (0.02, 11.4), (0.02, 7.3), (0.15, 19.6), (0.27, 28.7),
+     (0.21, 34.1), (0.08, 35.2), (0.03, 28.6)],
 ]  # fmt: skip
 
 
@@ -163,10 +167,32 @@ def test_a_voice_at_the_echos_level_interrupts() -> None:
 
 
 def test_a_weak_excess_needs_the_longer_evidence() -> None:
-    probs = [0.95] * 10
+    probs = [0.7] * 10
     evidence = [Evidence(p, True, -6.0, -40.0, -48.0) for p in probs]  # 8 dB over
     decisions = run(probs, evidence)
     assert decisions.index(Decision.INTERRUPT) == POLICY.echo_min_speech_frames - 1
+    # Silero sure of it (≥ echo_threshold): 96 ms, not 256.
+    sure = [0.95] * 10
+    decisions = run(sure, [Evidence(p, True, -6.0, -40.0, -48.0) for p in sure])
+    assert decisions.index(Decision.INTERRUPT) == POLICY.sure_min_speech_frames - 1 == 2
+
+
+# Session 18's bench (-6 dB/150 ms, load 4.5-4.7), the answer to a barge-in: "Turn off all the
+# lights in the living room" 0.7 s into it, inside the 1.5 s where the full echo is expected
+# (AEC3 already left −60 dBFS of a −28 dBFS echo): (Silero, residual − expected residual) from
+# its onset. Decided on the last frame, 387 ms after the onset.
+AFTER_A_BARGE_IN = [
+    (0.40, -5.3), (0.99, 5.3), (1.0, 10.8), (1.0, 8.2), (1.0, 7.8), (1.0, 3.8),
+    (1.0, -0.6), (0.99, -3.3), (1.0, 5.6), (1.0, 11.0), (1.0, 11.3), (1.0, 19.0),
+]  # fmt: skip
+
+
+def test_a_sure_voice_over_the_full_echo_interrupts_in_three_frames() -> None:
+    probs = [p for p, _ in AFTER_A_BARGE_IN]
+    evidence = [Evidence(p, True, -6.0, -25.0 + x, -25.0) for p, x in AFTER_A_BARGE_IN]
+    assert run(probs, evidence).index(Decision.INTERRUPT) == 4  # 3 frames ≥ 6 dB: 160 ms
+    before = replace(POLICY, sure_min_speech_frames=POLICY.echo_min_speech_frames)
+    assert run(probs, evidence, before).index(Decision.INTERRUPT) == 11
 
 
 def test_without_an_estimate_the_vad_alone_is_held_to_more() -> None:

@@ -18,7 +18,11 @@ The evidence comes from the echo canceller (echo.py), frame by frame:
   A voice over the reply stands above that; what AEC3 leaks does not, or not for long.
   A voice far above it (strong_margin_db) interrupts within 64 ms of Silero calling it
   speech, sooner than speech starts in silence: each frame waited is the reply talking
-  over the user. Silero itself must say speech (≥ threshold), except for a plain voice:
+  over the user. One Silero is sure of (≥ echo_threshold) counts ≥ residual_margin_db over
+  it for sure_min_speech_frames (96 ms): in the first 1.5 s after a start or a barge-in the
+  estimate counts on no cancelling, and a voice at the echo's level stood only 4-11 dB over
+  the full echo there, at Silero 0.99-1.00 (live, session 18: decided 387 ms after its onset).
+  Silero itself must say speech (≥ threshold), except for a plain voice:
   ≥ plain_margin_db (20 dB) over it at Silero ≥ plain_threshold (0.1) for 4 frames. AEC3's
   double-talk suppression blurs a voice under a loud echo and Silero lags it by 100-500 ms at
   0.0-0.3; the echo's leaks that far over stand at Silero 0.00-0.05 (live, session 11-12).
@@ -127,6 +131,16 @@ class TurnPolicy:
     # echo alone (7419 frames over replies, loaded benches) never had Silero ≥ 0.5 less than
     # 4 dB *under* the expected residual, so one frame fewer keeps a wide margin.
     strong_min_speech_frames: int = 2
+    # A voice Silero is sure of (≥ echo_threshold) and ≥ residual_margin_db over what the echo
+    # alone would leave, under strong_margin_db: this many frames, not echo_min_speech_frames.
+    # For the first 1.5 s of echo after a start or a barge-in the expected residual is the
+    # full echo (echo.CONVERGE_FRAMES), and a voice at the echo's level stood -7 to +11 dB over
+    # it at Silero 0.90-1.00 (live, sessions 18-19: decided 290-390 ms after its onset). Live
+    # echo alone (four benches, load 4.4-4.8, 8688 frames over replies: lab room.echolog) never
+    # had Silero ≥ 0.5 on a frame ≥ 6 dB over; at ≥ 0.85, 1 frame ≥ 0 dB and 5 ≥ -6 dB (3 in a
+    # row), and recorded leaks stood 2-5.5 dB over at Silero 0.94-0.99 (the tests): the margin
+    # stays.
+    sure_min_speech_frames: int = 3
     # A voice far over what the echo alone would leave while Silero is still unsure: over a
     # reply AEC3's double-talk suppression takes a voice under a loud echo down and apart, and
     # Silero lagged it live by 8-12 frames at 0.1-0.3 (session 12's late −3 dB decisions,
@@ -136,6 +150,10 @@ class TurnPolicy:
     # to 8 frames in a row). Four frames (128 ms): the one leak that fooled the estimate (session
     # 12, in the tests) had two. Offline (room.offline, 5 rooms, 9 voices, 180 barge-ins at
     # 0/−3 dB): within 300 ms of the onset 116 → 123 (3 frames: 125), 0 self barge-ins.
+    # Session 19 tried 0.01 (session 18's benches: no frame of echo alone counted at 0.01 had
+    # another within the forget window): its bench made a self barge-in 0.4-0.6 s into a reply
+    # in the -3 dB room, where AEC3 took 0-15 dB off for 8 chunks at Silero 0.03-0.27, 11-35 dB
+    # over the expected residual (docs/room.md, session 19). 0.1 would have waited one more frame.
     plain_threshold: float = 0.1
     plain_margin_db: float = PLAIN_MARGIN_DB
     plain_min_speech_frames: int = 4
@@ -214,8 +232,12 @@ def decide(evidence: Evidence, voiced_frames: int, policy: TurnPolicy) -> Decisi
             counts, need = prob >= policy.echo_threshold, policy.echo_min_speech_frames
         else:
             counts = prob >= policy.threshold and excess >= policy.residual_margin_db
-            strong = excess >= policy.strong_margin_db
-            need = policy.strong_min_speech_frames if strong else policy.echo_min_speech_frames
+            if excess >= policy.strong_margin_db:
+                need = policy.strong_min_speech_frames
+            elif prob >= policy.echo_threshold:
+                need = policy.sure_min_speech_frames
+            else:
+                need = policy.echo_min_speech_frames
             if not counts and prob >= policy.plain_threshold and excess >= policy.plain_margin_db:
                 counts, need = True, policy.plain_min_speech_frames
             if not counts and _linear_voice(evidence, policy):
