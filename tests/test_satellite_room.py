@@ -41,7 +41,7 @@ def describe(run: RoomRun) -> str:
         keep.update(range(max(0, i - 2), i + 1))
     for i, line in enumerate(lines):  # and the frames that decided each barge-in
         if "Barge-in on the audio thread" in line:
-            keep.update(j for j in frames if i - 12 <= j < i)
+            keep.update(j for j in range(max(0, i - 12), i) if j in is_frame)
     # A frame's line without its logger's prefix nor the linear filter's (off) fields.
     short = [line.split("core: ", 1)[-1].split("; linear VAD None")[0] for line in lines]
     log = "\n".join(short[i] if i in is_frame else lines[i] for i in sorted(keep))
