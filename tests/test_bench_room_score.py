@@ -49,3 +49,35 @@ def test_where_the_reference_was_placed_is_told_per_room() -> None:
     assert "reference placed -9.7 to -8.3 ms from where it played" in text
     assert "AEC3's lag 259.5 to 261 ms over 2 replies" in text
     assert _placement_text({}) == "."
+
+
+def test_the_wide_rooms_script_puts_the_recorded_person_over_a_reply_at_their_onsets(
+    tmp_path,
+) -> None:
+    """`--room-cases wide`: a recorded person is said over the first reply talked over in
+    each round, at that room's own onsets; the other commands and questions as before."""
+    import wave
+
+    from pivoice_lab.bench.corpus import Utterance
+    from pivoice_lab.bench.room import _script, wide_cases
+
+    def utterance(name: str, kind: str) -> Utterance:
+        path = tmp_path / f"{name}.wav"
+        with wave.open(str(path), "wb") as wav:
+            wav.setnchannels(1)
+            wav.setsampwidth(2)
+            wav.setframerate(16000)
+            wav.writeframes(b"\x00\x10" * 16000)
+        return Utterance(name, name, "espeak:en-us", kind, (), str(path), 1.0, 0.1, 0.9)
+
+    questions = [utterance(f"q{i}", "question") for i in range(4)]
+    commands = [utterance(f"c{i}", "command") for i in range(4)]
+    human = utterance("arctic", "command")
+    cases = wide_cases()
+    assert len({case.name for case in cases}) == len(cases)
+    case = next(case for case in cases if case.human)
+    script = _script(1, questions, commands, 2, case.over_ms, human)
+    over = [say for say in script if say.reply is not None and not say.after_end]
+    assert [say.text for say in over][::2] == ["arctic", "arctic"]
+    assert "arctic" not in [say.text for say in over][1::2]
+    assert {say.after_ms for say in over} == set(case.over_ms)

@@ -151,11 +151,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--room-cases",
-        choices=["targets", "grid", "shared-clock", "all"],
+        choices=["targets", "grid", "shared-clock", "wide", "all"],
         default="targets",
         help="targets: issue #20's rooms (small speaker, 0.7 s tail, ±100 ppm), a headset and "
         "AEC off; grid: the older grid of levels and delays; shared-clock: the two echo rooms "
-        "without drift",
+        "without drift; wide: rooms the targets do not cover (0 dB, a 400 ms delay, a fan, a "
+        "recorded person over the reply)",
     )
     parser.add_argument(
         "--room-rounds",

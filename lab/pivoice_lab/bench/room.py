@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import re
 import statistics
@@ -36,7 +37,7 @@ from ..room.acoustics import RoomAcoustics
 from ..room.align import placements
 from ..room.session import RoomRun, run_satellite_in_room
 from ..room.simulator import BLOCK, Reply, Room, Say
-from .corpus import RATE, Utterance
+from .corpus import ARCTIC_TEXT, ARCTIC_WAV, RATE, Line, Utterance, build
 from .progress import Progress
 from .tables import render_table
 
@@ -62,6 +63,9 @@ class RoomCase:
     rt60_s: float = 0.0  # the tail as a reverberation time (0: the old 60 ms constant)
     small_speaker: bool = False  # 200 Hz high-pass and soft clipping
     drift_ppm: float = 0.0
+    noise_dbfs: float = -60.0  # the room's noise floor (a fan: −45)
+    over_ms: tuple[float, float] = OVER_MS  # when the user talks over a reply (see _script)
+    human: bool = False  # the first command over a reply each round is a recorded person
 
     @property
     def name(self) -> str:
@@ -71,6 +75,8 @@ class RoomCase:
         extra = ("-small" if self.small_speaker else "") + (
             f"-{self.drift_ppm:+g}ppm" if self.drift_ppm else ""
         )
+        extra += f"-fan{self.noise_dbfs:g}" if self.noise_dbfs > -60.0 else ""
+        extra += "-human" if self.human else ""
         aec = "aec" if self.aec else "noaec"
         return f"{self.echo_db:g}dB-{self.delay_ms:g}ms-{tail}{extra}-{aec}"
 
@@ -82,7 +88,7 @@ class RoomCase:
             echo_db=self.echo_db,
             delay_ms=self.delay_ms,
             tail_ms=tail_ms,
-            noise_dbfs=-60.0,
+            noise_dbfs=self.noise_dbfs,
             seed=seed,
             highpass_hz=200.0 if self.small_speaker else 0.0,
             clip_db=6.0 if self.small_speaker else 0.0,
@@ -99,6 +105,21 @@ def target_cases() -> list[RoomCase]:
         RoomCase(-3, 250, True, rt60_s=0.7, small_speaker=True, drift_ppm=-100),
         RoomCase(HEADSET_DB, 20, False),
         RoomCase(-6, 150, True, aec=False, rt60_s=0.7, small_speaker=True),
+    ]
+
+
+def wide_cases() -> list[RoomCase]:
+    """Rooms the targets do not cover, as an independent check would bring them: the echo as
+    loud as the user (0 dB) close by, a mild room with a long tail and a fan, a 400 ms delay
+    (a Bluetooth speaker); other onsets over the reply, and a recorded person talking over
+    it. For self-made turns and self barge-ins first: the rules were tuned on the targets."""
+    loud = RoomCase(0, 60, True, rt60_s=0.4, small_speaker=True, drift_ppm=50)
+    mild = RoomCase(-10, 20, True, rt60_s=0.8, drift_ppm=-100, noise_dbfs=-45.0, human=True)
+    far = RoomCase(-4, 400, True, rt60_s=0.6, small_speaker=True, drift_ppm=100, human=True)
+    return [
+        dataclasses.replace(loud, over_ms=(500, 1500)),
+        dataclasses.replace(mild, over_ms=(900, 2000)),
+        dataclasses.replace(far, over_ms=(600, 1300)),
     ]
 
 
@@ -147,11 +168,16 @@ def _speech(utterance: Utterance) -> np.ndarray:
 
 
 def _script(
-    case_index: int, questions: list[Utterance], commands: list[Utterance], rounds: int = 1
+    case_index: int,
+    questions: list[Utterance],
+    commands: list[Utterance],
+    rounds: int = 1,
+    over_ms: tuple[float, float] = OVER_MS,
+    human: Utterance | None = None,
 ) -> list[Say]:
     """`rounds` × (a question answered in full; a question talked over with a command; that
     command answered in full…): 5 replies and 2 barge-ins per round, each anchored on the
-    reply before it."""
+    reply before it. `human`: said over the first reply talked over in each round."""
     script: list[Say] = []
     for r in range(rounds):
         base = 5 * r  # replies before this round
@@ -160,9 +186,11 @@ def _script(
             return questions[(case_index * 3 + 3 * r + n) % len(questions)]
 
         def c(n: int, r: int = r) -> Utterance:
+            if human is not None and n == 0:
+                return human
             return commands[(case_index * 2 + 2 * r + n) % len(commands)]
 
-        over = OVER_MS[(case_index + r) % 2], OVER_MS[(case_index + r + 1) % 2]
+        over = over_ms[(case_index + r) % 2], over_ms[(case_index + r + 1) % 2]
         first = (
             Say(q(0).id, _speech(q(0)), at=0.5)
             if r == 0
@@ -199,7 +227,10 @@ def run(
         for index, case in enumerate(cases):
             echoes = case.aec and case.echo_db > HEADSET_DB  # an offline ERLE to compare with
             if case.aec:
-                script = _script(index, questions, commands, rounds)
+                human = _human(workdir) if case.human else None
+                if human is not None:
+                    by_id[human.id] = human
+                script = _script(index, questions, commands, rounds, case.over_ms, human)
                 extra: tuple[str, ...] = ()
                 limit = 120.0 + 120.0 * rounds  # a loaded server takes 8-16 s a turn
             else:
@@ -241,6 +272,13 @@ def run(
         "satellite_args": list(satellite_args or ()),
         "load": {"busy_processes": load, "cores": os.cpu_count(), "load_average_1m": loads},
     }
+
+
+def _human(workdir: Path) -> Utterance:
+    """CMU ARCTIC's recorded sentence (corpus.human_recording) as something said over a reply."""
+    line = Line("arctic", ARCTIC_TEXT, f"human:{ARCTIC_WAV}", "command", ("superlative",))
+    (utterance,) = build(workdir / "human", lines=(line,))
+    return utterance
 
 
 # ---- scoring --------------------------------------------------------------------------------

@@ -225,6 +225,7 @@ def _room(options: BenchOptions, utterances: list, workdir: Path) -> dict[str, A
         "targets": room.target_cases(),
         "grid": room.default_cases(),
         "shared-clock": room.shared_clock_cases(),
+        "wide": room.wide_cases(),
         "all": room.target_cases() + room.default_cases(),
     }[options.room_cases]
     # Its own server, replies capped short (see room.ROOM_SERVER_ARGS), unless --server.
