@@ -366,6 +366,8 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
         "self_made_turns": len(self_made),
         "self_made_transcripts": [t["transcript"] for t in self_made],
         "self_barge_ins": self_barge,
+        # When the user spoke (monotonic, the satellite's clock too): room.livereplay.
+        "user_spans": [[round(a, 3), round(b, 3)] for a, b in spans],
         # The satellite's own account (its log): replies held, and held replies played on.
         "holds": run.log.count("Reply held at"),
         "holds_played_on": run.log.count("Reply plays on at"),
