@@ -170,7 +170,7 @@ def _wants_native_linear(settings: EchoSettings) -> bool:
     return settings.linear_barge_in and settings.linear_filter == "aec3"
 
 
-def native_linear(settings: EchoSettings) -> bool:
+def runs_our_aec3(settings: EchoSettings) -> bool:
     """Whether the canceller runs our AEC3 (aec3.py): asked for (EchoSettings.canceller "aec3",
     or the linear barge-in with linear_filter "aec3", for its linear output), and the extension
     installed — otherwise livekit's APM and AEC3's rules alone (one log line). Our binding runs
@@ -495,7 +495,7 @@ class EchoCanceller:
         self.settings = settings
         # Our AEC3 (aec3.py; its suppressor tunable), which may give its own linear filter's
         # output beside its output.
-        self._native = native_linear(settings)
+        self._native = runs_our_aec3(settings)
         self._native_linear = self._native and _wants_native_linear(settings)
         self._apm = load_apm(settings, self._native)
         # After a barge-in: the fresh filter beside the live one, which of the two is heard,
