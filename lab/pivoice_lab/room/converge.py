@@ -26,9 +26,8 @@ from wyoming_pivoice.audio import (
 )
 from wyoming_pivoice.satellite import EchoSettings
 
-from .acoustics import EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
+from .acoustics import RATE, EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
 from .offline import ROOMS, _reply, aec3_config
-from .scene import RATE
 
 GAP_S = 3.0
 

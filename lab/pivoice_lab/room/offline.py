@@ -49,8 +49,8 @@ from wyoming_pivoice.audio import (
 from wyoming_pivoice.engines import SileroVad
 from wyoming_pivoice.satellite import EchoSettings, Evidence, TurnPolicy, VadSettings, policy_from
 
-from .acoustics import RoomAcoustics
-from .scene import GAP_S, RATE, two_replies
+from .acoustics import RATE, RoomAcoustics
+from .scene import GAP_S, two_replies
 
 
 @dataclass(frozen=True)

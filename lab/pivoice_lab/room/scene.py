@@ -15,9 +15,8 @@ from wyoming.audio import AudioFormat
 
 from wyoming_pivoice.audio import EchoCanceller
 
-from .acoustics import EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
+from .acoustics import RATE, EchoPath, NoiseFloor, RoomAcoustics, SpeakerPath
 
-RATE = 16000
 LEAD_S = 0.5  # quiet before the first reply
 GAP_S = 1.2  # between the two replies (the bench's gap before a new question)
 PIECE_S = 0.02  # the speaker thread hands the reference over in 20 ms blocks

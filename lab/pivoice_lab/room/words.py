@@ -48,8 +48,8 @@ from wyoming_pivoice.satellite import (
     policy_from,
 )
 
-from .acoustics import RoomAcoustics
-from .scene import RATE, two_replies
+from .acoustics import RATE, RoomAcoustics
+from .scene import two_replies
 
 CUT_S = 0.04  # the live cut follows the decision by 30-60 ms (docs/room.md)
 
