@@ -520,6 +520,21 @@ def test_the_evidence_gives_the_microphones_level_before_cancelling():
         canceller.process(pcm[n * size : (n + 1) * size], (n + 1) * CHUNK_SECONDS)
     evidence = canceller.evidence(0.0)
     assert evidence.mic_db is not None and abs(evidence.mic_db + 20) < 0.5
+    assert canceller.chunk_ref_db < -90  # nothing plays
+
+
+def test_the_chunk_gives_the_level_of_the_reference_placed_at_it():
+    """The frame lines' `ref` (the lab reads a reply's pauses from it): a −20 dBFS reply due
+    at 0.1 s, the microphone from 0; the chunks before it carry none of it."""
+    canceller = EchoCanceller(EchoSettings())
+    tone = 0.1 * np.sqrt(2) * np.sin(2 * np.pi * 440 * np.arange(RATE) / RATE)
+    canceller.reference((tone * 32767).astype("<i2").tobytes(), AudioFormat(RATE, 2, 1), 0.1)
+    levels = []
+    for n in range(12):
+        canceller.process(bytes(CHUNK_SAMPLES * 2), n * CHUNK_SECONDS)
+        levels.append(canceller.chunk_ref_db)
+    assert max(levels[:2]) < -90
+    assert all(abs(level + 20) < 0.5 for level in levels[5:])
 
 
 def test_the_aec_dump_holds_the_microphone_and_the_reference_as_compared(tmp_path, monkeypatch):

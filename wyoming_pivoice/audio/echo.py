@@ -523,6 +523,7 @@ class EchoCanceller:
         self._chunk_residual = 0.0  # mean-square energy of the last chunk's output
         self._chunk_expected = 0.0  # …and what the echo alone would have left of it
         self._chunk_mic = 0.0  # …and the microphone's, before cancelling
+        self._chunk_ref = 0.0  # …and the reference's placed at it (the echo comes later)
         # The linear filter beside AEC3 (mdf.py), for the barge-in decision alone: its output
         # keeps a voice AEC3's suppression takes off; None where off or not loadable.
         self._linear = None if self._native_linear else open_linear(settings)
@@ -708,7 +709,7 @@ class EchoCanceller:
         linear_outputs = [self._linear_out]
         used = 0
         scale = 1.0 / (32768.0 * 32768.0)
-        residual = expected = linear = linear_expected = heard = 0.0
+        residual = expected = linear = linear_expected = heard = played = 0.0
         frames = 0
         dumped: list[np.ndarray] = []
         while len(pending) - used >= FRAME:
@@ -760,12 +761,14 @@ class EchoCanceller:
             residual += float(np.mean(chosen.astype(np.float64) ** 2)) * scale
             expected += self.estimate.expected_residual()
             heard += mic_energy
+            played += ref_energy
             frames += 1
             used += FRAME
             self._capture_index += FRAME
         if frames:
             self._chunk_residual, self._chunk_expected = residual / frames, expected / frames
             self._chunk_mic = heard / frames
+            self._chunk_ref = played / frames
             self._chunk_linear = linear / frames
             self._chunk_linear_expected = linear_expected / frames
         if self.linear_filter:
@@ -823,6 +826,13 @@ class EchoCanceller:
         if self._origin is None or self._capture_index is None:
             return None
         return self._origin + (self._capture_index + len(self._pending)) / RATE
+
+    @property
+    def chunk_ref_db(self) -> float:
+        """The level of the reference placed at the last chunk: the audio core's frame lines
+        carry it, so a leak read from a live log can be set against the reply's pauses and
+        onsets (its echo comes the room's delay later)."""
+        return round(_db(self._chunk_ref), 1)
 
     def _echo_possible(self) -> bool:
         index = self._capture_index
