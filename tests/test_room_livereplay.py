@@ -61,6 +61,18 @@ def test_a_variant_is_scored_on_the_same_frames(tmp_path: Path) -> None:
     assert slow.within == 1
 
 
+def test_only_what_the_room_heard_over_a_reply_is_scored_as_a_barge_in(tmp_path: Path) -> None:
+    """The bench's trials say which onsets came over a reply; an utterance the satellite
+    logged frames at in the echo's tail, after the reply ended, is no barge-in trial."""
+    bench, work = _bench(tmp_path)
+    data = json.loads(bench.read_text())
+    data["room"]["cases"][0]["trials"] = [{"onset": 102.0, "over_reply": False}]
+    bench.write_text(json.dumps(data))
+    (case,) = replay_bench(bench, work, policy_with([]))
+    assert case.decided_after_s == []
+    assert case.self_barge_ins == []  # still the user's, not the satellite's
+
+
 def test_a_field_the_policy_has_not_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="not a TurnPolicy field"):
         policy_with(["margin=3"])

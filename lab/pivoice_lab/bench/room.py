@@ -335,6 +335,7 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
         transcript = heard_turn["transcript"] if heard_turn else ""
         trial: dict[str, Any] = {
             "said": say.text,
+            "onset": round(onset, 3),  # monotonic: room.livereplay
             "transcript": transcript,
             "heard": by_id[say.text].heard(transcript) if transcript else False,
             "over_reply": bool(playing),

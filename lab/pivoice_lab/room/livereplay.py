@@ -4,8 +4,9 @@ rules weighed on the frames the satellite really saw under load, before a bench 
 The satellite's DEBUG lines (`Over the reply at T: VAD p, …, residual r dB, expected e dB`:
 echolog.read_log) are fed, frame by frame, to the audio core's own `FastBargeIn` with the
 policy asked for; the bench's JSON gives when the user spoke (`user_spans`, on the same
-monotonic clock). Every INTERRUPT outside a user's span (0.3 s of slack) is a self barge-in;
-for every span over a reply, how soon after its onset the policy decided:
+monotonic clock) and which of it the room heard over a reply (its trials' `onset`). Every
+INTERRUPT outside a user's span (0.3 s of slack) is a self barge-in; for every span over a
+reply, how soon after its onset the policy decided:
 
     wyoming-pivoice bench --room --workdir DIR --json B.json …
     python -m pivoice_lab.room.livereplay B.json DIR --set plain_threshold=0.01
@@ -45,8 +46,10 @@ class CaseReplay:
 
 
 def replay(frames: list[Frame], spans: list[tuple[float, float]], policy: TurnPolicy,
-           name: str = "") -> CaseReplay:  # fmt: skip
-    """One room's frames through FastBargeIn; `spans`: the user's (onset, end)."""
+           name: str = "", over: list[float] | None = None) -> CaseReplay:  # fmt: skip
+    """One room's frames through FastBargeIn; `spans`: the user's (onset, end); `over`: the
+    onsets the room heard over a reply (None: those the satellite logged frames at, which
+    takes in the echo's last second after a reply too)."""
     result = CaseReplay(name)
     decided: dict[int, float] = {}
     fast, previous, busy_until = FastBargeIn(policy), None, None
@@ -73,7 +76,10 @@ def replay(frames: list[Frame], spans: list[tuple[float, float]], policy: TurnPo
         decided.setdefault(user, frame.at - spans[user][0])
         busy_until = spans[user][1] + SLACK_S
         fast = FastBargeIn(policy)
-    heard = [i for i, (a, b) in enumerate(spans) if _over_reply(frames, a, b)]
+    if over is not None:
+        heard = [i for i, (a, _) in enumerate(spans) if any(abs(a - o) < 0.01 for o in over)]
+    else:
+        heard = [i for i, (a, b) in enumerate(spans) if _over_reply(frames, a, b)]
     result.decided_after_s = [
         round(decided[i], 3) if i in decided else None for i in heard
     ]  # fmt: skip
@@ -117,7 +123,11 @@ def replay_bench(bench_json: Path, workdir: Path, policy: TurnPolicy) -> list[Ca
         log = workdir / "room" / name / "satellite.log"
         frames, _, _ = read_log(log)
         spans = [(a, b) for a, b in case["user_spans"]]
-        results.append(replay(frames, spans, policy, name))
+        trials = case.get("trials", [])
+        over = None
+        if trials and all("onset" in t for t in trials):
+            over = [t["onset"] for t in trials if t.get("over_reply")]
+        results.append(replay(frames, spans, policy, name, over))
     return results
 
 
