@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import os
 import re
 import statistics
@@ -113,13 +112,28 @@ def wide_cases() -> list[RoomCase]:
     loud as the user (0 dB) close by, a mild room with a long tail and a fan, a 400 ms delay
     (a Bluetooth speaker); other onsets over the reply, and a recorded person talking over
     it. For self-made turns and self barge-ins first: the rules were tuned on the targets."""
-    loud = RoomCase(0, 60, True, rt60_s=0.4, small_speaker=True, drift_ppm=50)
-    mild = RoomCase(-10, 20, True, rt60_s=0.8, drift_ppm=-100, noise_dbfs=-45.0, human=True)
-    far = RoomCase(-4, 400, True, rt60_s=0.6, small_speaker=True, drift_ppm=100, human=True)
     return [
-        dataclasses.replace(loud, over_ms=(500, 1500)),
-        dataclasses.replace(mild, over_ms=(900, 2000)),
-        dataclasses.replace(far, over_ms=(600, 1300)),
+        RoomCase(0, 60, True, rt60_s=0.4, small_speaker=True, drift_ppm=50, over_ms=(500, 1500)),
+        RoomCase(
+            -10,
+            20,
+            True,
+            rt60_s=0.8,
+            drift_ppm=-100,
+            noise_dbfs=-45.0,
+            over_ms=(900, 2000),
+            human=True,
+        ),
+        RoomCase(
+            -4,
+            400,
+            True,
+            rt60_s=0.6,
+            small_speaker=True,
+            drift_ppm=100,
+            over_ms=(600, 1300),
+            human=True,
+        ),
     ]
 
 
@@ -223,14 +237,15 @@ def run(
     bar = Progress(len(cases), "room")
     results = []
     loads: list[float] = []
+    human = _human(workdir) if any(case.human for case in cases) else None
+    if human is not None:
+        by_id[human.id] = human
     with busy_load(load):
         for index, case in enumerate(cases):
             echoes = case.aec and case.echo_db > HEADSET_DB  # an offline ERLE to compare with
             if case.aec:
-                human = _human(workdir) if case.human else None
-                if human is not None:
-                    by_id[human.id] = human
-                script = _script(index, questions, commands, rounds, case.over_ms, human)
+                said = human if case.human else None
+                script = _script(index, questions, commands, rounds, case.over_ms, said)
                 extra: tuple[str, ...] = ()
                 limit = 120.0 + 120.0 * rounds  # a loaded server takes 8-16 s a turn
             else:
