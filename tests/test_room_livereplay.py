@@ -33,7 +33,11 @@ def _bench(tmp_path: Path) -> tuple[Path, Path]:
     room.mkdir(parents=True)
     (room / "satellite.log").write_text("\n".join(frames) + "\n")
     cases = [
-        {"name": room.name, "user_spans": [[102.0, 103.5]]},
+        {
+            "name": room.name,
+            "user_spans": [[102.0, 103.5]],
+            "trials": [{"onset": 102.0, "over_reply": True}],
+        },
         {"name": "headset-aec", "user_spans": [[50.0, 51.0]]},
     ]
     bench = tmp_path / "bench.json"
@@ -71,6 +75,15 @@ def test_only_what_the_room_heard_over_a_reply_is_scored_as_a_barge_in(tmp_path:
     (case,) = replay_bench(bench, work, policy_with([]))
     assert case.decided_after_s == []
     assert case.self_barge_ins == []  # still the user's, not the satellite's
+
+
+def test_a_bench_without_the_users_onsets_is_one_line(tmp_path: Path) -> None:
+    bench, work = _bench(tmp_path)
+    data = json.loads(bench.read_text())
+    del data["room"]["cases"][0]["trials"][0]["onset"]
+    bench.write_text(json.dumps(data))
+    with pytest.raises(SystemExit, match="run it again"):
+        replay_bench(bench, work, policy_with([]))
 
 
 def test_a_field_the_policy_has_not_is_one_line(tmp_path: Path) -> None:

@@ -45,11 +45,10 @@ class CaseReplay:
         return sum(1 for d in self.decided_after_s if d is not None and d <= WITHIN_S)
 
 
-def replay(frames: list[Frame], spans: list[tuple[float, float]], policy: TurnPolicy,
-           name: str = "", over: list[float] | None = None) -> CaseReplay:  # fmt: skip
+def replay(frames: list[Frame], spans: list[tuple[float, float]], over: list[float],
+           policy: TurnPolicy, name: str = "") -> CaseReplay:  # fmt: skip
     """One room's frames through FastBargeIn; `spans`: the user's (onset, end); `over`: the
-    onsets the room heard over a reply (None: those the satellite logged frames at, which
-    takes in the echo's last second after a reply too)."""
+    onsets the room heard over a reply (its barge-in trials)."""
     result = CaseReplay(name)
     decided: dict[int, float] = {}
     fast, previous, busy_until = FastBargeIn(policy), None, None
@@ -76,19 +75,11 @@ def replay(frames: list[Frame], spans: list[tuple[float, float]], policy: TurnPo
         decided.setdefault(user, frame.at - spans[user][0])
         busy_until = spans[user][1] + SLACK_S
         fast = FastBargeIn(policy)
-    if over is not None:
-        heard = [i for i, (a, _) in enumerate(spans) if any(abs(a - o) < 0.01 for o in over)]
-    else:
-        heard = [i for i, (a, b) in enumerate(spans) if _over_reply(frames, a, b)]
+    heard = [i for i, (a, _) in enumerate(spans) if any(abs(a - o) < 0.01 for o in over)]
     result.decided_after_s = [
         round(decided[i], 3) if i in decided else None for i in heard
     ]  # fmt: skip
     return result
-
-
-def _over_reply(frames: list[Frame], onset: float, end: float) -> bool:
-    """Whether a reply may be heard at the span's onset (the satellite logged frames there)."""
-    return any(onset - 0.1 <= f.at <= onset + 0.1 for f in frames)
 
 
 def policy_with(settings: list[str]) -> TurnPolicy:
@@ -116,18 +107,17 @@ def replay_bench(bench_json: Path, workdir: Path, policy: TurnPolicy) -> list[Ca
         name = case["name"]
         if "headset" in name or "noaec" in name:
             continue
-        if "user_spans" not in case:
+        trials = case.get("trials", [])
+        if "user_spans" not in case or not all("onset" in t for t in trials):
             raise SystemExit(
-                f"{bench_json} has no user_spans (a bench before session 20): run it again"
+                f"{bench_json} has no user_spans or onsets (a bench before session 20): run it "
+                "again"
             )
         log = workdir / "room" / name / "satellite.log"
         frames, _, _ = read_log(log)
         spans = [(a, b) for a, b in case["user_spans"]]
-        trials = case.get("trials", [])
-        over = None
-        if trials and all("onset" in t for t in trials):
-            over = [t["onset"] for t in trials if t.get("over_reply")]
-        results.append(replay(frames, spans, policy, name, over))
+        over = [t["onset"] for t in trials if t.get("over_reply")]
+        results.append(replay(frames, spans, over, policy, name))
     return results
 
 
