@@ -110,7 +110,7 @@ def replay_bench(bench_json: Path, workdir: Path, policy: TurnPolicy) -> list[Ca
         trials = case.get("trials", [])
         if "user_spans" not in case or not all("onset" in t for t in trials):
             raise SystemExit(
-                f"{bench_json} has no user_spans or onsets (a bench before session 20): run it "
+                f"{bench_json} has no user_spans or trial onsets (a bench older than them): run it "
                 "again"
             )
         log = workdir / "room" / name / "satellite.log"
