@@ -306,9 +306,9 @@ class Endpointer:
 
     def _load(self) -> Vad:
         if self._vad is None:
-            from ..engines.vad import SileroVad
+            from ..engines.vad import RecentSileroVad
 
-            self._vad = SileroVad()
+            self._vad = RecentSileroVad()
         return self._vad
 
     def second_vad(self) -> Vad | None:

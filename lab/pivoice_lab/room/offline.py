@@ -46,7 +46,7 @@ from wyoming_pivoice.audio import (
     float_to_pcm16,
     tune_linear,
 )
-from wyoming_pivoice.engines import SileroVad
+from wyoming_pivoice.engines import RecentSileroVad, SileroVad
 from wyoming_pivoice.satellite import EchoSettings, Evidence, TurnPolicy, VadSettings, policy_from
 
 from .acoustics import RATE, RoomAcoustics
@@ -93,7 +93,7 @@ def run_scene(
     scene: Scene,
     reply: tuple[bytes, int],
     user: np.ndarray | None,
-    vad: SileroVad,
+    vad: SileroVad | RecentSileroVad,
     vad_settings: VadSettings | None = None,
     record: bool = False,
     linear_vad: SileroVad | None = None,
@@ -299,6 +299,12 @@ def main() -> None:  # pragma: no cover - a lab tool
     )
     parser.add_argument("--aec3-config", default="", help="field=value,... (our AEC3's config)")
     parser.add_argument("--hold", action="store_true", help="hold the reply (--hold-reply)")
+    parser.add_argument(
+        "--carried-state",
+        action="store_true",
+        help="Silero's state carried through every chunk (before session 21), not the "
+        "satellite's RecentSileroVad",
+    )
     args = parser.parse_args()
     policy = policy_from(VadSettings(hold_reply=args.hold))
     if args.linear_rule:
@@ -326,7 +332,7 @@ def main() -> None:  # pragma: no cover - a lab tool
     rooms = [ROOMS[key] for key in args.rooms.split(",")]
     if args.drift is not None:
         rooms = [replace(room, drift_ppm=args.drift) for room in rooms]
-    vad = SileroVad()
+    vad = SileroVad() if args.carried_state else RecentSileroVad()
     linear_vad = SileroVad() if args.linear else None
     settings = EchoSettings(
         linear_barge_in=args.linear, linear_filter=args.linear_filter, canceller=args.canceller

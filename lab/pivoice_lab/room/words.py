@@ -39,7 +39,7 @@ from wyoming_pivoice.audio import (
     UtteranceAudio,
     float_to_pcm16,
 )
-from wyoming_pivoice.engines import SileroVad
+from wyoming_pivoice.engines import RecentSileroVad, SileroVad
 from wyoming_pivoice.satellite import (
     EchoSettings,
     Endpointer,
@@ -84,7 +84,7 @@ def run_take(
     take: Take,
     reply: tuple[bytes, int],
     user: np.ndarray | None,
-    vad: SileroVad,
+    vad: SileroVad | RecentSileroVad,
     vad_settings: VadSettings | None = None,
     echo_settings: EchoSettings | None = None,
     prerolls_ms: Iterable[int] = (300, 600),
@@ -262,7 +262,7 @@ def main() -> None:  # pragma: no cover - a lab tool
         key, value = setting.split("=")
         # Integer settings only (a bool field beside them now: --hold-reply).
         vad_settings = replace(vad_settings, **{key: int(value)})  # type: ignore[arg-type]
-    vad = SileroVad()
+    vad = RecentSileroVad()  # the satellite endpointer's
     asr = WhisperAsr(AsrSettings())
     utterances = []
     self_made = released = 0
