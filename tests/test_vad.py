@@ -68,3 +68,13 @@ def test_it_still_hears_speech_and_silence(say) -> None:
 def test_a_span_under_two_chunks_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 2"):
         RecentSileroVad(span=1)
+
+
+def test_the_satellite_restarts_the_state_only_when_asked() -> None:
+    """--vad-state-span: off by default (live it read AEC3's leaks as speech too)."""
+    from wyoming_pivoice.satellite.endpoint import Endpointer
+    from wyoming_pivoice.satellite.settings import VadSettings
+
+    assert type(Endpointer(VadSettings())._load()) is SileroVad
+    recent = Endpointer(VadSettings(state_span=8))._load()
+    assert isinstance(recent, RecentSileroVad) and recent.span == 8

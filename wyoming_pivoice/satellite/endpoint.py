@@ -306,9 +306,10 @@ class Endpointer:
 
     def _load(self) -> Vad:
         if self._vad is None:
-            from ..engines.vad import RecentSileroVad
+            from ..engines.vad import RecentSileroVad, SileroVad
 
-            self._vad = RecentSileroVad()
+            span = self.settings.state_span
+            self._vad = RecentSileroVad(span=span) if span else SileroVad()
         return self._vad
 
     def second_vad(self) -> Vad | None:

@@ -92,6 +92,18 @@ class VadSettings:
     hold_reply: bool = opt(
         False, "--hold-reply", help="pause a reply on a possible voice over it (experimental)"
     )
+    # Silero's recurrent state at most this many 32 ms chunks old (engines.vad.RecentSileroVad;
+    # 0: carried through the stream). Over a reply it reads a voice at the echo's level sooner
+    # (offline 133 -> 146/180 within 300 ms), but AEC3's leaks too: live, the targets bench
+    # (load 4.4-4.7) stopped 13/13 voices over the echo within 300 ms and made 2 self-made
+    # turns and a self barge-in at replies' onsets, leaks read at Silero 0.6-0.9 (docs/room.md,
+    # session 21): off until a rule keeps those out.
+    state_span: int = opt(
+        0,
+        "--vad-state-span",
+        help="experimental: restart Silero's state so it is never older than this many 32 ms "
+        "chunks (0: never)",
+    )
     silence_ms: int = opt(
         300,
         "--vad-silence-ms",

@@ -7,6 +7,10 @@ reaches the modes only through the endpointer's events: a `SPEECH_STARTED` whose
 `interrupt` is True is a barge-in (stop the reply, the utterance is the next request).
 The standalone pipeline and the Home Assistant satellite both consume those events.
 
+The probabilities are the endpointer's VAD: Silero with its recurrent state carried through
+the stream. That state, after seconds of AEC3's suppressed echo, reads a voice over a reply
+10-20 times lower than a fresh one does, and AEC3's leaks as low (engines.vad.RecentSileroVad,
+--vad-state-span: docs/room.md, session 21); the rules below were measured with it.
 The evidence comes from the echo canceller (echo.py), frame by frame:
 - `playing`: a reply, or its echo's tail, may be in this frame;
 - `coupling_db`: how loud the speaker comes back into the microphone (echo level minus

@@ -300,10 +300,10 @@ def main() -> None:  # pragma: no cover - a lab tool
     parser.add_argument("--aec3-config", default="", help="field=value,... (our AEC3's config)")
     parser.add_argument("--hold", action="store_true", help="hold the reply (--hold-reply)")
     parser.add_argument(
-        "--carried-state",
-        action="store_true",
-        help="Silero's state carried through every chunk (before session 21), not the "
-        "satellite's RecentSileroVad",
+        "--state-span",
+        type=int,
+        default=0,
+        help="Silero's state at most this many chunks old (--vad-state-span; 0: carried)",
     )
     args = parser.parse_args()
     policy = policy_from(VadSettings(hold_reply=args.hold))
@@ -332,7 +332,7 @@ def main() -> None:  # pragma: no cover - a lab tool
     rooms = [ROOMS[key] for key in args.rooms.split(",")]
     if args.drift is not None:
         rooms = [replace(room, drift_ppm=args.drift) for room in rooms]
-    vad = SileroVad() if args.carried_state else RecentSileroVad()
+    vad = RecentSileroVad(span=args.state_span) if args.state_span else SileroVad()
     linear_vad = SileroVad() if args.linear else None
     settings = EchoSettings(
         linear_barge_in=args.linear, linear_filter=args.linear_filter, canceller=args.canceller

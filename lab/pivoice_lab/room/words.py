@@ -262,7 +262,8 @@ def main() -> None:  # pragma: no cover - a lab tool
         key, value = setting.split("=")
         # Integer settings only (a bool field beside them now: --hold-reply).
         vad_settings = replace(vad_settings, **{key: int(value)})  # type: ignore[arg-type]
-    vad = RecentSileroVad()  # the satellite endpointer's
+    span = vad_settings.state_span
+    vad = RecentSileroVad(span=span) if span else SileroVad()  # the satellite endpointer's
     asr = WhisperAsr(AsrSettings())
     utterances = []
     self_made = released = 0
