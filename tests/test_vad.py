@@ -55,7 +55,8 @@ def test_each_answer_is_a_fresh_state_reading_at_most_a_span_of_chunks(say) -> N
 
 
 def test_it_still_hears_speech_and_silence(say) -> None:
-    """The satellite's VAD: an espeak command reads as speech, the noise around it not."""
+    """With its state restarted an espeak command still reads as speech, the silence around
+    it not."""
     speech = say("Set a timer for ten minutes.")
     quiet = np.zeros(CHUNK_SAMPLES * 20, dtype=np.float32)
     vad = RecentSileroVad()
