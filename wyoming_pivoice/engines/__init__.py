@@ -16,7 +16,7 @@ _EXPORTS = {
     ".priority": ("AudioFirst",),
     ".remote_llm": ("RemoteChat", "RemoteLlmError"),
     ".tts": ("PiperTts", "TtsSettings"),
-    ".vad": ("RecentSileroVad", "SileroVad"),
+    ".vad": ("RecentSileroVad", "SileroVad", "silero_vad"),
 }
 if TYPE_CHECKING:  # the same names, for the type checker (tests/test_layout.py: they agree)
     from .asr import AsrSettings, WhisperAsr
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the same names, for the type checker (tests/test_layout.py:
     from .priority import AudioFirst
     from .remote_llm import RemoteChat, RemoteLlmError
     from .tts import PiperTts, TtsSettings
-    from .vad import RecentSileroVad, SileroVad
+    from .vad import RecentSileroVad, SileroVad, silero_vad
 
 __all__ = names(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -117,3 +117,9 @@ class RecentSileroVad:
             if age + 1 == self.span:
                 vad.reset()
         return probabilities[0 if ages[0] >= ages[1] else 1]
+
+
+def silero_vad(state_span: int = 0) -> SileroVad | RecentSileroVad:
+    """The satellite endpointer's VAD (VadSettings.state_span): Silero with its state carried
+    through the stream (0), or never older than `state_span` chunks."""
+    return RecentSileroVad(span=state_span) if state_span else SileroVad()

@@ -306,10 +306,9 @@ class Endpointer:
 
     def _load(self) -> Vad:
         if self._vad is None:
-            from ..engines.vad import RecentSileroVad, SileroVad
+            from ..engines.vad import silero_vad
 
-            span = self.settings.state_span
-            self._vad = RecentSileroVad(span=span) if span else SileroVad()
+            self._vad = silero_vad(self.settings.state_span)
         return self._vad
 
     def second_vad(self) -> Vad | None:

@@ -46,7 +46,7 @@ from wyoming_pivoice.audio import (
     float_to_pcm16,
     tune_linear,
 )
-from wyoming_pivoice.engines import RecentSileroVad, SileroVad
+from wyoming_pivoice.engines import RecentSileroVad, SileroVad, silero_vad
 from wyoming_pivoice.satellite import EchoSettings, Evidence, TurnPolicy, VadSettings, policy_from
 
 from .acoustics import RATE, RoomAcoustics
@@ -332,7 +332,7 @@ def main() -> None:  # pragma: no cover - a lab tool
     rooms = [ROOMS[key] for key in args.rooms.split(",")]
     if args.drift is not None:
         rooms = [replace(room, drift_ppm=args.drift) for room in rooms]
-    vad = RecentSileroVad(span=args.state_span) if args.state_span else SileroVad()
+    vad = silero_vad(args.state_span)
     linear_vad = SileroVad() if args.linear else None
     settings = EchoSettings(
         linear_barge_in=args.linear, linear_filter=args.linear_filter, canceller=args.canceller

@@ -39,7 +39,7 @@ from wyoming_pivoice.audio import (
     UtteranceAudio,
     float_to_pcm16,
 )
-from wyoming_pivoice.engines import RecentSileroVad, SileroVad
+from wyoming_pivoice.engines import RecentSileroVad, SileroVad, silero_vad
 from wyoming_pivoice.satellite import (
     EchoSettings,
     Endpointer,
@@ -262,8 +262,7 @@ def main() -> None:  # pragma: no cover - a lab tool
         key, value = setting.split("=")
         # Integer settings only (a bool field beside them now: --hold-reply).
         vad_settings = replace(vad_settings, **{key: int(value)})  # type: ignore[arg-type]
-    span = vad_settings.state_span
-    vad = RecentSileroVad(span=span) if span else SileroVad()  # the satellite endpointer's
+    vad = silero_vad(vad_settings.state_span)  # the satellite endpointer's
     asr = WhisperAsr(AsrSettings())
     utterances = []
     self_made = released = 0
