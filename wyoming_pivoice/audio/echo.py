@@ -521,6 +521,8 @@ class EchoCanceller:
         self._last_echo_index = -(10**9)  # timeline index of the last audible reference frame
         self.estimate = EchoEstimate()
         self._chunk_residual = 0.0  # mean-square energy of the last chunk's output
+        # …and, in a barge-in's trial, the live and fresh filters' own (None: no trial)
+        self._chunk_trial: tuple[float, float] | None = None
         self._chunk_expected = 0.0  # …and what the echo alone would have left of it
         self._chunk_mic = 0.0  # …and the microphone's, before cancelling
         self._chunk_ref = 0.0  # …and the reference's placed at it (the echo comes later)
@@ -628,9 +630,12 @@ class EchoCanceller:
         self._trial_frames = self._trial_windows = 0
         self._voice_in_window = False
 
-    def _second_frame(self, render: bytes, near: np.ndarray, live_out: np.ndarray, audible: bool):
-        """The fresh filter on the same frame; returns the output to hear. (Its linear output
-        is not heard until it is the live one: the trial judges the outputs, not that.)"""
+    def _second_frame(
+        self, render: bytes, near: np.ndarray, live_out: np.ndarray, audible: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The fresh filter on the same frame; returns the output to hear, and the fresh
+        filter's. (Its linear output is not heard until it is the live one: the trial judges
+        the outputs, not that.)"""
         second = self._second
         assert second is not None
         out, _ = second.frame(render, near)
@@ -641,7 +646,7 @@ class EchoCanceller:
             self._trial_frames += 1
             if self._trial_frames >= TRIAL_WINDOW_FRAMES:
                 self._end_trial_window()
-        return out if self._use_second else live_out
+        return (out if self._use_second else live_out), out
 
     def _end_trial_window(self) -> None:
         trial = self._trial
@@ -710,6 +715,7 @@ class EchoCanceller:
         used = 0
         scale = 1.0 / (32768.0 * 32768.0)
         residual = expected = linear = linear_expected = heard = played = 0.0
+        live_trial = second_trial = 0.0
         frames = 0
         dumped: list[np.ndarray] = []
         while len(pending) - used >= FRAME:
@@ -726,7 +732,9 @@ class EchoCanceller:
                 dumped.append(np.column_stack([near, np.frombuffer(render_pcm, np.int16)]))
             out, lin = self._apm.frame(render_pcm, near)
             if self._second is not None:
-                out = self._second_frame(render_pcm, near, out, audible)
+                live_trial += float(np.mean(out.astype(np.float64) ** 2)) * scale
+                out, second_out = self._second_frame(render_pcm, near, out, audible)
+                second_trial += float(np.mean(second_out.astype(np.float64) ** 2)) * scale
             if audible:
                 self._count(near, out)
             echo = self._echo_possible()
@@ -767,6 +775,8 @@ class EchoCanceller:
             self._capture_index += FRAME
         if frames:
             self._chunk_residual, self._chunk_expected = residual / frames, expected / frames
+            trial = self._second is not None or second_trial > 0.0
+            self._chunk_trial = (live_trial / frames, second_trial / frames) if trial else None
             self._chunk_mic = heard / frames
             self._chunk_ref = played / frames
             self._chunk_linear = linear / frames
@@ -833,6 +843,16 @@ class EchoCanceller:
         carry it, so a leak read from a live log can be set against the reply's pauses and
         onsets (its echo comes the room's delay later)."""
         return round(_db(self._chunk_ref), 1)
+
+    @property
+    def chunk_trial(self) -> str | None:
+        """In a barge-in's trial, the last chunk's level out of each filter and which one was
+        heard (the frame lines carry it: a leak read from a live log is set against the other
+        filter); None outside a trial."""
+        if self._chunk_trial is None:
+            return None
+        live, fresh = (round(_db(e), 1) for e in self._chunk_trial)
+        return f"kept {live} dB, fresh {fresh} dB, heard {'fresh' if self._use_second else 'kept'}"
 
     def _echo_possible(self) -> bool:
         index = self._capture_index
