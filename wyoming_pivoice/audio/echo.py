@@ -83,6 +83,11 @@ CONVERGE_FRAMES = 150
 # windows without the user's voice the worse one is dropped.
 TRIAL_WINDOW_FRAMES = 50
 TRIAL_WINDOWS = 4
+# …and the fresh one is heard (and stays) only when it left at most half the residual
+# energy: in a window where both held the echo at the floor, the fresh AEC3 won by chance
+# while its own filter had not converged, and it passed the reply's last echo whole when its
+# reference fell silent (live, session 22: −21 dBFS where the kept one left −62).
+TRIAL_MARGIN = 2.0  # 3 dB
 # The expected residual falls no faster than this: it stepped down 25-31 dB in one frame
 # when a reply's first 0.5 s were over or the ERLE estimate moved (no cancelling counted,
 # then all of it), while AEC3 leaked as before — live, a leak then stood 19-23 dB over it
@@ -485,10 +490,12 @@ class EchoCanceller:
     (28-38 dB; 15 dB after 0.9 s of voice in the −3 dB room) and can lose 10 dB later in it
     (whole reply 8-16 dB), a fresh one is at 24-35 dB in its first second and better later
     (14-19 dB). So a barge-in starts a fresh AEC3 *beside*
-    the live one, both fed every frame; over the next reply the better of the two in each
-    window is heard (judged on windows without the user's voice), and after TRIAL_WINDOWS
-    such windows the worse one is dropped. The next reply never starts on an unconverged
-    filter, and a filter that adapted through the voice does not stay.
+    the live one, both fed every frame; over the next reply the fresh one is heard after a
+    window it clearly won (TRIAL_MARGIN; judged on windows without the user's voice), and
+    after TRIAL_WINDOWS such windows the worse one is dropped. The next reply never starts on
+    an unconverged filter, and a filter that adapted through the voice does not stay. While
+    both run, the turn policy weighs the lower of their residuals, frame by frame: a voice
+    is in both, a filter's own leak in one.
     """
 
     def __init__(self, settings: EchoSettings) -> None:
@@ -651,7 +658,7 @@ class EchoCanceller:
     def _end_trial_window(self) -> None:
         trial = self._trial
         if not self._voice_in_window:  # the user's voice would favour the one taking it off
-            self._use_second = trial[1] < trial[0]
+            self._use_second = trial[1] * TRIAL_MARGIN < trial[0]
             trial[2] += trial[0]
             trial[3] += trial[1]
             self._trial_windows += 1
@@ -660,7 +667,7 @@ class EchoCanceller:
         self._voice_in_window = False
         if self._trial_windows < TRIAL_WINDOWS:
             return
-        fresh = trial[3] < trial[2]
+        fresh = trial[3] * TRIAL_MARGIN < trial[2]
         if fresh:
             assert self._second is not None
             self._apm = self._second
@@ -731,10 +738,14 @@ class EchoCanceller:
             if self._dump is not None:
                 dumped.append(np.column_stack([near, np.frombuffer(render_pcm, np.int16)]))
             out, lin = self._apm.frame(render_pcm, near)
+            lower: float | None = None  # in a trial, the lower of the two filters' residuals
             if self._second is not None:
-                live_trial += float(np.mean(out.astype(np.float64) ** 2)) * scale
+                live_energy = float(np.mean(out.astype(np.float64) ** 2)) * scale
                 out, second_out = self._second_frame(render_pcm, near, out, audible)
-                second_trial += float(np.mean(second_out.astype(np.float64) ** 2)) * scale
+                second_energy = float(np.mean(second_out.astype(np.float64) ** 2)) * scale
+                live_trial += live_energy
+                second_trial += second_energy
+                lower = min(live_energy, second_energy)
             if audible:
                 self._count(near, out)
             echo = self._echo_possible()
@@ -766,7 +777,15 @@ class EchoCanceller:
             use_out = (echo and not self.estimate.no_echo) or self.settings.always_process
             chosen = out if use_out else near
             outputs.append(chosen)
-            residual += float(np.mean(chosen.astype(np.float64) ** 2)) * scale
+            # What the turn policy weighs. In a barge-in's trial a voice is in the microphone
+            # and so in both filters' outputs; a leak is one filter's own: the unconverged
+            # fresh one, heard after a window it won at the floor, passed a reply's last
+            # 250 ms of echo whole (−21 dBFS, the kept one −62) and made a self barge-in
+            # with the fresh VAD state (live, the −3 dB room, load 4.4-4.7; session 22).
+            if use_out and lower is not None:
+                residual += lower
+            else:
+                residual += float(np.mean(chosen.astype(np.float64) ** 2)) * scale
             expected += self.estimate.expected_residual()
             heard += mic_energy
             played += ref_energy
