@@ -296,6 +296,64 @@ def test_a_barge_in_keeps_the_filter_and_tries_a_fresh_one_beside_it(
     assert whole >= max(kept_whole, fresh_whole) - 3, (whole, kept_whole, fresh_whole)
 
 
+class _Filter:
+    """A stand-in for one AEC3 of a trial (control flow only): its output is the microphone
+    scaled by `gain` (1.0: it passes the echo whole, as an unconverged AEC3 did live)."""
+
+    def __init__(self, gain: float) -> None:
+        self.gain = gain
+
+    def frame(self, render: bytes, near: np.ndarray) -> tuple[np.ndarray, None]:
+        return (near.astype(np.float64) * self.gain).astype(np.int16), None
+
+
+def _trial(live: float, fresh: float, hear_fresh: bool = False) -> tuple[EchoCanceller, list]:
+    """A barge-in's trial over 3 s of reply whose echo is noise at −20 dBFS, the kept
+    filter's output `live` × the microphone, the fresh one's `fresh` ×, the fresh one heard
+    first if `hear_fresh`. Returns the canceller and, chunk by chunk, (the residual the
+    policy weighs, the level heard)."""
+    canceller = EchoCanceller(EchoSettings())
+    canceller.barge_in()
+    canceller._apm, canceller._second = _Filter(live), _Filter(fresh)
+    canceller._use_second = hear_fresh
+    fmt = AudioFormat(RATE, 2, 1)
+    rng = np.random.default_rng(7)
+    reference = (rng.normal(0, 0.1, 3 * RATE) * 32767).astype("<i2").tobytes()
+    canceller.reference(reference, fmt, 0.0)
+    echo = rng.normal(0, 0.1, 3 * RATE).astype(np.float32)
+    levels = []
+    for n in range(len(echo) // CHUNK_SAMPLES):
+        chunk = (echo[n * CHUNK_SAMPLES : (n + 1) * CHUNK_SAMPLES] * 32767).astype("<i2")
+        out = canceller.process(chunk.tobytes(), (n + 1) * CHUNK_SECONDS)
+        evidence = canceller.evidence(0.05)
+        levels.append((evidence.residual_db, _dbfs(np.frombuffer(out, "<i2") / 32768)))
+    return canceller, levels
+
+
+def test_in_a_trial_the_policy_weighs_the_filter_that_leaks_less():
+    """A voice is in the microphone, so in both filters' outputs; a leak is one filter's
+    own. Live, the unconverged fresh AEC3 passed a reply's last echo whole while the kept one
+    left the floor, and the policy took the leak for the user."""
+    for live, fresh, hear_fresh in ((1.0, 0.001, False), (0.001, 1.0, True)):
+        _, levels = _trial(live, fresh, hear_fresh)
+        first_window = levels[2:14]  # 0.5 s: the leaky one is heard until it is judged
+        assert all(heard > -25 for _, heard in first_window), (live, fresh, first_window)
+        assert all(r is not None and r < -70 for r, _ in first_window), (live, fresh)
+
+
+def test_the_fresh_filter_is_heard_only_where_it_leaves_clearly_less():
+    """Both at the floor, the kept (converged) filter stays heard and stays: a window won by
+    chance put an unconverged AEC3 on the air. Clearly better (6 dB), the fresh one takes
+    over after its first window and stays."""
+    canceller, levels = _trial(0.001, 0.001 * 10 ** (-1 / 20))  # 1 dB less: not enough
+    assert not canceller._use_second
+    assert canceller.trials == ["kept"]
+    canceller, levels = _trial(0.1, 0.05)  # 6 dB less
+    assert canceller.trials == ["fresh"]
+    heard = [h for _, h in levels]
+    assert heard[-1] < heard[5] - 5  # heard: the fresh one, once its window was judged
+
+
 def test_after_a_barge_in_the_estimate_counts_on_no_cancelling_until_it_measures_again():
     """The next reply's filters are new to it: the ERLE from before the barge-in is not
     assumed (its leaks would pass as the user), the room's coupling is."""
