@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from wyoming_pivoice.audio.format import CHUNK_SAMPLES
-from wyoming_pivoice.engines.vad import RecentSileroVad, SileroVad
+from wyoming_pivoice.engines.vad import STATE_SPAN_CHUNKS, RecentSileroVad, SileroVad
 
 from .helpers import make_speech, read_wav
 
@@ -71,11 +71,11 @@ def test_a_span_under_two_chunks_is_refused() -> None:
         RecentSileroVad(span=1)
 
 
-def test_the_satellite_restarts_the_state_only_when_asked() -> None:
-    """--vad-state-span: off by default (live it read AEC3's leaks as speech too)."""
+def test_the_satellite_restarts_the_state_by_default() -> None:
+    """--vad-state-span: a state at most 0.5 s old by default; 0 carries it through."""
     from wyoming_pivoice.satellite.endpoint import Endpointer
     from wyoming_pivoice.satellite.settings import VadSettings
 
-    assert type(Endpointer(VadSettings())._load()) is SileroVad
-    recent = Endpointer(VadSettings(state_span=8))._load()
-    assert isinstance(recent, RecentSileroVad) and recent.span == 8
+    recent = Endpointer(VadSettings())._load()
+    assert isinstance(recent, RecentSileroVad) and recent.span == STATE_SPAN_CHUNKS == 16
+    assert type(Endpointer(VadSettings(state_span=0))._load()) is SileroVad

@@ -81,8 +81,8 @@ class SileroVad:
 # reads a voice at the echo's level, which the suppressor takes apart, as not speech for
 # hundreds of ms. Offline (lab room.offline, 5 rooms, 180 voices over a reply; session 21)
 # the same AEC3 output read by a state at most 0.5 s old decided 146/180 within 300 ms of the
-# onset instead of 133/180, and no barge-in on the echo alone; live it read AEC3's leaks at
-# reply onsets as speech too (VadSettings.state_span: off by default).
+# onset instead of 133/180, and no barge-in on the echo alone; live it reads AEC3's leaks as
+# speech too, which the turn policy's residual test must keep out (VadSettings.state_span).
 STATE_SPAN_CHUNKS = 16
 
 

@@ -93,16 +93,17 @@ class VadSettings:
         False, "--hold-reply", help="pause a reply on a possible voice over it (experimental)"
     )
     # Silero's recurrent state at most this many 32 ms chunks old (engines.vad.RecentSileroVad;
-    # 0: carried through the stream). Over a reply it reads a voice at the echo's level sooner
-    # (offline 133 -> 146/180 within 300 ms), but AEC3's leaks too: live, the targets bench
-    # (load 4.4-4.7) stopped 13/13 voices over the echo within 300 ms and made 2 self-made
-    # turns and a self barge-in at replies' onsets, leaks read at Silero 0.6-0.9 (docs/room.md,
-    # session 21): off until a rule keeps those out.
+    # 0: carried through the stream). Over a reply it reads a voice at the echo's level sooner:
+    # offline 133 -> 146/180 within 300 ms; live (targets bench, load 4.4-4.7) 13/13, 16/16 and
+    # 15/16 in three runs, against 74 % in five runs carried. It reads AEC3's leaks higher too:
+    # the three live ones that made a self-made turn or barge-in (session 21) all came in a
+    # barge-in's trial, and the one read with both filters' levels was the unconverged fresh
+    # filter's own, which the policy no longer weighs (echo.EchoCanceller; docs/room.md).
     state_span: int = opt(
-        0,
+        16,  # engines.vad.STATE_SPAN_CHUNKS (0.5 s)
         "--vad-state-span",
-        help="experimental: restart Silero's state so it is never older than this many 32 ms "
-        "chunks (0: never)",
+        help="restart Silero's state so it is never older than this many 32 ms chunks (0: "
+        "carry it through the stream)",
     )
     silence_ms: int = opt(
         300,

@@ -7,10 +7,12 @@ reaches the modes only through the endpointer's events: a `SPEECH_STARTED` whose
 `interrupt` is True is a barge-in (stop the reply, the utterance is the next request).
 The standalone pipeline and the Home Assistant satellite both consume those events.
 
-The probabilities are the endpointer's VAD: Silero with its recurrent state carried through
-the stream. That state, after seconds of AEC3's suppressed echo, reads a voice over a reply
-10-20 times lower than a fresh one does, and AEC3's leaks as low (engines.vad.RecentSileroVad,
---vad-state-span: docs/room.md, session 21); the rules below were measured with it.
+The probabilities are the endpointer's VAD: Silero with a recurrent state at most 0.5 s old
+(engines.vad.RecentSileroVad, --vad-state-span). Carried through the stream, the state read a
+voice over a reply 10-20 times lower after seconds of AEC3's suppressed echo, and AEC3's leaks
+as low; the figures below were measured with that carried state (sessions 11-20) and the rules
+kept with the fresh one, which reads the leaks higher: the residual tests keep them out
+(docs/room.md, sessions 21-22).
 The evidence comes from the echo canceller (echo.py), frame by frame:
 - `playing`: a reply, or its echo's tail, may be in this frame;
 - `coupling_db`: how loud the speaker comes back into the microphone (echo level minus

@@ -302,7 +302,7 @@ def main() -> None:  # pragma: no cover - a lab tool
     parser.add_argument(
         "--state-span",
         type=int,
-        default=0,
+        default=VadSettings().state_span,
         help="Silero's state at most this many chunks old (--vad-state-span; 0: carried)",
     )
     args = parser.parse_args()
