@@ -780,8 +780,9 @@ class EchoCanceller:
             # What the turn policy weighs. In a barge-in's trial a voice is in the microphone
             # and so in both filters' outputs; a leak is one filter's own: the unconverged
             # fresh one, heard after a window it won at the floor, passed a reply's last
-            # 250 ms of echo whole (−21 dBFS, the kept one −62) and made a self barge-in
-            # with the fresh VAD state (live, the −3 dB room, load 4.4-4.7; session 22).
+            # 250 ms of echo whole (−21 dBFS, the kept one −62), 20-29 dB over the expected
+            # residual: a self barge-in on the live run's frames replayed (the −3 dB room,
+            # load 4.4-4.7; session 22). Session 21's three live ones all came in a trial too.
             if use_out and lower is not None:
                 residual += lower
             else:
