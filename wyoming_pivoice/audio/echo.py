@@ -638,22 +638,27 @@ class EchoCanceller:
         self._voice_in_window = False
 
     def _second_frame(
-        self, render: bytes, near: np.ndarray, live_out: np.ndarray, audible: bool
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The fresh filter on the same frame; returns the output to hear, and the fresh
-        filter's. (Its linear output is not heard until it is the live one: the trial judges
-        the outputs, not that.)"""
+        self, render: bytes, near: np.ndarray, live_out: np.ndarray, live_energy: float,
+        audible: bool,
+    ) -> tuple[np.ndarray, float, float]:  # fmt: skip
+        """The fresh filter on the same frame, given the live one's output and its energy;
+        returns the output to hear, its energy, and the fresh filter's energy. (Its linear
+        output is not heard until it is the live one: the trial judges the outputs, not
+        that.)"""
         second = self._second
         assert second is not None
         out, _ = second.frame(render, near)
+        energy = _mean_square(out)
         if audible:
             trial = self._trial
-            trial[0] += float(np.mean(live_out.astype(np.float64) ** 2))
-            trial[1] += float(np.mean(out.astype(np.float64) ** 2))
+            trial[0] += live_energy
+            trial[1] += energy
             self._trial_frames += 1
             if self._trial_frames >= TRIAL_WINDOW_FRAMES:
                 self._end_trial_window()
-        return (out if self._use_second else live_out), out
+        if self._use_second:
+            return out, energy, energy
+        return live_out, live_energy, energy
 
     def _end_trial_window(self) -> None:
         trial = self._trial
@@ -720,7 +725,6 @@ class EchoCanceller:
             self._linear_out = np.zeros(len(self._out), dtype=np.int16)
         linear_outputs = [self._linear_out]
         used = 0
-        scale = 1.0 / (32768.0 * 32768.0)
         residual = expected = linear = linear_expected = heard = played = 0.0
         live_trial = second_trial = 0.0
         frames = 0
@@ -739,18 +743,20 @@ class EchoCanceller:
                 dumped.append(np.column_stack([near, np.frombuffer(render_pcm, np.int16)]))
             out, lin = self._apm.frame(render_pcm, near)
             lower: float | None = None  # in a trial, the lower of the two filters' residuals
-            if self._second is not None:
-                live_energy = float(np.mean(out.astype(np.float64) ** 2)) * scale
-                out, second_out = self._second_frame(render_pcm, near, out, audible)
-                second_energy = float(np.mean(second_out.astype(np.float64) ** 2)) * scale
+            if self._second is None:
+                out_energy = _mean_square(out)
+            else:
+                live_energy = _mean_square(out)
+                out, out_energy, second_energy = self._second_frame(
+                    render_pcm, near, out, live_energy, audible
+                )
                 live_trial += live_energy
                 second_trial += second_energy
                 lower = min(live_energy, second_energy)
             if audible:
                 self._count(near, out)
             echo = self._echo_possible()
-            mic_energy = float(np.mean(near.astype(np.float64) ** 2)) * scale
-            out_energy = float(np.mean(out.astype(np.float64) ** 2)) * scale
+            mic_energy = _mean_square(near)
             self.estimate.frame(ref_energy, mic_energy, out_energy, audible, echo)
             resumed = self._resume_index
             if audible and resumed is not None and self._capture_index >= resumed:
@@ -767,7 +773,7 @@ class EchoCanceller:
                 lin = self._linear.process(near, np.frombuffer(render_pcm, dtype=np.int16)).copy()
             if lin is not None:
                 linear_outputs.append(lin)
-                lin_energy = float(np.mean(lin.astype(np.float64) ** 2)) * scale
+                lin_energy = _mean_square(lin)
                 self.linear_estimate.frame(ref_energy, mic_energy, lin_energy, audible, echo)
                 linear += lin_energy
                 linear_expected += self.linear_estimate.expected_residual()
@@ -786,7 +792,7 @@ class EchoCanceller:
             if use_out and lower is not None:
                 residual += lower
             else:
-                residual += float(np.mean(chosen.astype(np.float64) ** 2)) * scale
+                residual += out_energy if use_out else mic_energy
             expected += self.estimate.expected_residual()
             heard += mic_energy
             played += ref_energy
@@ -840,10 +846,9 @@ class EchoCanceller:
             self._dump = None
 
     def _count(self, near: np.ndarray, out: np.ndarray) -> None:
-        scale = 1.0 / (32768.0 * 32768.0)
         self.stats.seconds += FRAME / RATE
-        self.stats.energy_in += float(np.sum(near.astype(np.float64) ** 2)) * scale
-        self.stats.energy_out += float(np.sum(out.astype(np.float64) ** 2)) * scale
+        self.stats.energy_in += float(np.sum(near.astype(np.float64) ** 2)) * _PCM16_SCALE
+        self.stats.energy_out += float(np.sum(out.astype(np.float64) ** 2)) * _PCM16_SCALE
 
     def take_stats(self) -> EchoStats:
         with self._lock:
@@ -919,6 +924,14 @@ class EchoCanceller:
             linear_residual_db=round(_db(self._chunk_linear), 1) if linear else None,
             linear_expected_db=round(_db(self._chunk_linear_expected), 1) if linear else None,
         )
+
+
+def _mean_square(pcm16: np.ndarray) -> float:
+    """A frame's mean-square energy, full scale 1."""
+    return float(np.mean(pcm16.astype(np.float64) ** 2)) * _PCM16_SCALE
+
+
+_PCM16_SCALE = 1.0 / (32768.0 * 32768.0)  # a power of two: the scaling is exact
 
 
 def _to_pcm16(samples: np.ndarray) -> bytes:

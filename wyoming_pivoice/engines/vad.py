@@ -119,7 +119,7 @@ class RecentSileroVad:
         return probabilities[0 if ages[0] >= ages[1] else 1]
 
 
-def silero_vad(state_span: int = 0) -> SileroVad | RecentSileroVad:
+def silero_vad(state_span: int) -> SileroVad | RecentSileroVad:
     """The satellite endpointer's VAD (VadSettings.state_span): Silero with its state carried
     through the stream (0), or never older than `state_span` chunks."""
     return RecentSileroVad(span=state_span) if state_span else SileroVad()
