@@ -81,3 +81,44 @@ def test_the_wide_rooms_script_puts_the_recorded_person_over_a_reply_at_their_on
     assert [say.text for say in over][::2] == ["arctic", "arctic"]
     assert "arctic" not in [say.text for say in over][1::2]
     assert {say.after_ms for say in over} == set(case.over_ms)
+
+
+def test_the_chained_script_talks_over_the_first_reply_after_a_barge_in(tmp_path) -> None:
+    """`--room-cases chained`: each round, the second command is said over the reply to the
+    first (4 replies a round), and its trial is scored as over the reply after a barge-in."""
+    import wave
+
+    from pivoice_lab.bench.corpus import Utterance
+    from pivoice_lab.bench.room import _script, chained_cases
+
+    def utterance(name: str, kind: str) -> Utterance:
+        path = tmp_path / f"{name}.wav"
+        with wave.open(str(path), "wb") as wav:
+            wav.setnchannels(1)
+            wav.setsampwidth(2)
+            wav.setframerate(16000)
+            wav.writeframes(b"\x00\x10" * 16000)
+        return Utterance(name, name, "espeak:en-us", kind, (), str(path), 1.0, 0.1, 0.9)
+
+    questions = [utterance(f"q{i}", "question") for i in range(4)]
+    commands = [utterance(f"c{i}", "command") for i in range(4)]
+    case = chained_cases()[0]
+    assert case.chained and case.name.endswith("-chained-aec")
+    script = _script(0, questions, commands, 2, case.over_ms, chained=True)
+    assert [(say.reply, say.after_end) for say in script] == [
+        (None, False), (1, True), (2, False), (3, False),
+        (4, True), (5, True), (6, False), (7, False),
+    ]  # fmt: skip
+    # Reply 2 plays 10-14 s (the first command at 10.8 stops it at 11.0); reply 3, the
+    # first command's, plays 15-19 s and the second command at 15.9 stops it at 16.1.
+    replies = [
+        Reply(2, FMT, opened=10.0, first_sound=10.0, last_sound=11.0, ended=11.0),
+        Reply(3, FMT, opened=15.0, first_sound=15.0, last_sound=16.1, ended=16.1),
+    ]
+    first, second = script[2], script[3]
+    first.onset, second.onset = 10.8, 15.9
+    turns = [_turn(11.0, 10.0), _turn(16.05, 15.0)]
+    heard = {say.text: utterance(say.text, "command") for say in (first, second)}
+    scored = _score(_run(turns, replies), [script[1], first, second], heard)
+    assert [t["after_barge_in"] for t in scored["trials"]] == [False, True]
+    assert all(t["in_time"] for t in scored["trials"])

@@ -151,18 +151,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--room-cases",
-        choices=["targets", "grid", "shared-clock", "wide", "all"],
+        choices=["targets", "grid", "shared-clock", "wide", "chained", "all"],
         default="targets",
         help="targets: issue #20's rooms (small speaker, 0.7 s tail, ±100 ppm), a headset and "
         "AEC off; grid: the older grid of levels and delays; shared-clock: the two echo rooms "
         "without drift; wide: rooms the targets do not cover (0 dB, a 400 ms delay, a fan, a "
-        "recorded person over the reply)",
+        "recorded person over the reply); chained: the targets' echo rooms and headset, each "
+        "round's second command said over the first reply after a barge-in",
     )
     parser.add_argument(
         "--room-rounds",
         type=int,
         default=1,
-        help="each room's script this often (5 replies and 2 barge-ins a round)",
+        help="each room's script this often (5 replies and 2 barge-ins a round; chained: 4 and 2)",
     )
     parser.add_argument(
         "--load",

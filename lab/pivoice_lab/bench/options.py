@@ -37,7 +37,8 @@ class BenchOptions:
     realtime_playback: bool = False
     turn_timeout: float = 120.0
     room: bool = False  # the satellite process in simulated echoing rooms
-    room_cases: str = "targets"  # targets (issue #20's rooms) | grid | shared-clock | all
+    # targets (issue #20's rooms) | grid | shared-clock | wide | chained | all
+    room_cases: str = "targets"
     room_rounds: int = 1  # each room's script this often (5 replies, 2 barge-ins a round)
     load: int = 0  # busy processes beside the room runs and the knobs
     wer: bool = False  # word error rate of every ASR path on the household corpus

@@ -65,6 +65,9 @@ class RoomCase:
     noise_dbfs: float = -60.0  # the room's noise floor (a fan: −45)
     over_ms: tuple[float, float] = OVER_MS  # when the user talks over a reply (see _script)
     human: bool = False  # the first command over a reply each round is a recorded person
+    # The second command each round is said over the first reply after a barge-in (the
+    # reply to the first command) rather than over a later question's reply (see _script).
+    chained: bool = False
 
     @property
     def name(self) -> str:
@@ -76,6 +79,7 @@ class RoomCase:
         )
         extra += f"-fan{self.noise_dbfs:g}" if self.noise_dbfs > -60.0 else ""
         extra += "-human" if self.human else ""
+        extra += "-chained" if self.chained else ""
         aec = "aec" if self.aec else "noaec"
         return f"{self.echo_db:g}dB-{self.delay_ms:g}ms-{tail}{extra}-{aec}"
 
@@ -163,6 +167,18 @@ def shared_clock_cases() -> list[RoomCase]:
     ]
 
 
+def chained_cases() -> list[RoomCase]:
+    """Issue #20's two echo rooms and the headset, each round's second command said over the
+    first reply after a barge-in: that reply's echo comes through a speaker command opened
+    anew, while a fresh AEC3 is on trial beside the kept one and the estimate counts on no
+    cancelling (echo.CONVERGE_FRAMES). The targets' script never talks over that reply."""
+    return [
+        RoomCase(-6, 150, True, rt60_s=0.7, small_speaker=True, drift_ppm=100, chained=True),
+        RoomCase(-3, 250, True, rt60_s=0.7, small_speaker=True, drift_ppm=-100, chained=True),
+        RoomCase(HEADSET_DB, 20, False, chained=True),
+    ]
+
+
 def default_cases() -> list[RoomCase]:
     """The issue's grid: −6 dB with the room tail over delays 20–120 ms (the hard case, ≥ 20
     replies), −10/−20 dB, no tail, and AEC off at each level to show the failure."""
@@ -188,13 +204,16 @@ def _script(
     rounds: int = 1,
     over_ms: tuple[float, float] = OVER_MS,
     human: Utterance | None = None,
+    chained: bool = False,
 ) -> list[Say]:
     """`rounds` × (a question answered in full; a question talked over with a command; that
     command answered in full…): 5 replies and 2 barge-ins per round, each anchored on the
-    reply before it. `human`: said over the first reply talked over in each round."""
+    reply before it. `human`: said over the first reply talked over in each round.
+    `chained`: a question answered in full; a question talked over with a command; that
+    command's reply talked over with another; that one answered in full (4 replies a round)."""
     script: list[Say] = []
     for r in range(rounds):
-        base = 5 * r  # replies before this round
+        base = (4 if chained else 5) * r  # replies before this round
 
         def q(n: int, r: int = r) -> Utterance:
             return questions[(case_index * 3 + 3 * r + n) % len(questions)]
@@ -214,6 +233,11 @@ def _script(
             first,
             Say(q(1).id, _speech(q(1)), reply=base + 1, after_end=True, after_ms=GAP_S * 1000),
             Say(c(0).id, _speech(c(0)), reply=base + 2, after_ms=over[0]),
+        ]
+        if chained:
+            script.append(Say(c(1).id, _speech(c(1)), reply=base + 3, after_ms=over[1]))
+            continue
+        script += [
             Say(q(2).id, _speech(q(2)), reply=base + 3, after_end=True, after_ms=GAP_S * 1000),
             Say(c(1).id, _speech(c(1)), reply=base + 4, after_ms=over[1]),
         ]
@@ -245,7 +269,9 @@ def run(
             echoes = case.aec and case.echo_db > HEADSET_DB  # an offline ERLE to compare with
             if case.aec:
                 said = human if case.human else None
-                script = _script(index, questions, commands, rounds, case.over_ms, said)
+                script = _script(
+                    index, questions, commands, rounds, case.over_ms, said, case.chained
+                )
                 extra: tuple[str, ...] = ()
                 limit = 120.0 + 120.0 * rounds  # a loaded server takes 8-16 s a turn
             else:
@@ -335,9 +361,13 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
         if not _during_user(turn["stamps"].get("barge_in"), spans):
             self_barge += 1
     trials = []
-    for say in script:
+    for n, say in enumerate(script):
         if say.reply is None or say.after_end or say.onset is None:
             continue
+        # Said over the reply to a command that was itself said over a reply: the first
+        # reply after a barge-in (the chained script).
+        before = script[n - 1] if n else None
+        after_barge_in = bool(before and before.reply is not None and not before.after_end)
         onset = say.onset
         playing = [
             r for r in replies if r.first_sound is not None and r.first_sound <= onset
@@ -354,6 +384,7 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
             "transcript": transcript,
             "heard": by_id[say.text].heard(transcript) if transcript else False,
             "over_reply": bool(playing),
+            "after_barge_in": after_barge_in,
         }
         if playing:
             reply = playing[0]
@@ -403,6 +434,7 @@ def _summary(results: list[dict]) -> dict[str, Any]:
     on = group(True)
     trials = [t for r in on for t in r["trials"] if t.get("over_reply")]
     delays = [t["stopped_after_s"] for t in trials if t.get("barged_in")]
+    after = [t for t in trials if t.get("after_barge_in")]
     hard = [r for r in on if r["case"]["echo_db"] == -6 and r["case"]["tail"]]
 
     def median(values: list[float]) -> float | None:
@@ -433,6 +465,10 @@ def _summary(results: list[dict]) -> dict[str, Any]:
             "barge_in_in_time": sum(bool(t.get("in_time")) for t in trials),
             "barge_in_stop_ms_median": median([d * 1000 for d in delays if d is not None]),
             "barge_in_key_words_heard": sum(bool(t["heard"]) for t in trials),
+            # …of them, those over the first reply after a barge-in (the chained script)
+            "after_barge_in_trials": len(after),
+            "after_barge_in_detected": sum(bool(t.get("barged_in")) for t in after),
+            "after_barge_in_in_time": sum(bool(t.get("in_time")) for t in after),
             "erle_db_median": median([e for r in on for e in r["erle_db"]]),
             "added_ms_median": median([a for r in on for a in r.get("added_ms", [])]),
             "added_ms_max": max(
@@ -600,7 +636,15 @@ def render(room: dict[str, Any]) -> list[str]:
         f"{on['hard_room_self_barge_ins']} self barge-ins); barge-in {on['barge_in_detected']}/"
         f"{on['barge_in_trials']} detected, {on['barge_in_in_time']} within 300 ms (median stop "
         f"{on['barge_in_stop_ms_median']} ms after onset), key words heard "
-        f"{on['barge_in_key_words_heard']}/{on['barge_in_trials']}; ERLE median "
+        f"{on['barge_in_key_words_heard']}/{on['barge_in_trials']}"
+        + (
+            f" (over the first reply after a barge-in: {on['after_barge_in_detected']}/"
+            f"{on['after_barge_in_trials']} detected, {on['after_barge_in_in_time']} within "
+            "300 ms)"
+            if on.get("after_barge_in_trials")
+            else ""
+        )
+        + "; ERLE median "
         f"{on['erle_db_median']} dB; E2E from endpoint median "
         f"{on['e2e_from_endpoint_ms_median']} ms.",
         f"AEC off: turns from one question {off['turns_from_one_question']} "

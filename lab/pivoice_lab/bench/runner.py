@@ -226,6 +226,7 @@ def _room(options: BenchOptions, utterances: list, workdir: Path) -> dict[str, A
         "grid": room.default_cases(),
         "shared-clock": room.shared_clock_cases(),
         "wide": room.wide_cases(),
+        "chained": room.chained_cases(),
         "all": room.target_cases() + room.default_cases(),
     }[options.room_cases]
     # Its own server, replies capped short (see room.ROOM_SERVER_ARGS), unless --server.
