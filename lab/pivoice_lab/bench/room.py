@@ -273,6 +273,10 @@ def run(
                     index, questions, commands, rounds, case.over_ms, said, case.chained
                 )
                 extra: tuple[str, ...] = ()
+                if case.chained:
+                    # Each question asked afresh: with its history SmolLM2 came to answer
+                    # "A:" to everything in the −3 dB room (0.3 s: nothing to talk over).
+                    extra = ("--conversation-id", "")
                 limit = 120.0 + 120.0 * rounds  # a loaded server takes 8-16 s a turn
             else:
                 script = [Say(questions[0].id, _speech(questions[0]), at=0.5)]
