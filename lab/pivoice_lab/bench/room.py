@@ -298,7 +298,8 @@ def run(
             offline = offline_erle(run_.room, full) if echoes else []
             offline_db = [e for e in offline if e is not None]
             lags = reply_lags(run_, dump, case.delay_ms) if echoes else {}
-            dump.unlink(missing_ok=True)  # 64 kB a second
+            if not (scored["self_made_turns"] or scored["self_barge_ins"]):
+                dump.unlink(missing_ok=True)  # 64 kB a second; kept where the room went wrong
             results.append({
                 "case": asdict(case), "name": case.name, **scored,
                 "offline_erle_db": offline,
