@@ -12,7 +12,7 @@ from wyoming.audio import AudioFormat
 
 from pivoice_lab.room.acoustics import EchoPath, NoiseFloor, RoomAcoustics
 from tests.helpers import make_speech
-from wyoming_pivoice.audio.echo import CaptureClock, EchoCanceller
+from wyoming_pivoice.audio.echo import ONSET_FRAMES, CaptureClock, EchoCanceller
 from wyoming_pivoice.audio.format import CHUNK_SAMPLES, CHUNK_SECONDS
 from wyoming_pivoice.audio.pcm import StreamingConverter
 from wyoming_pivoice.audio.speaker import NullSink
@@ -354,9 +354,34 @@ def test_the_fresh_filter_is_heard_only_where_it_leaves_clearly_less():
     assert heard[-1] < heard[5] - 5  # heard: the fresh one, once its window was judged
 
 
-def test_after_a_barge_in_the_estimate_counts_on_no_cancelling_until_it_measures_again():
-    """The next reply's filters are new to it: the ERLE from before the barge-in is not
-    assumed (its leaks would pass as the user), the room's coupling is."""
+def test_a_barge_in_keeps_the_erle_measured_before_it():
+    """The kept filter goes on and the trial weighs the lower of the two residuals, so the
+    first reply after a barge-in is judged with the ERLE measured before: expecting the full
+    echo for its first 1.5 s missed the user talking over it (bench --room-cases chained)."""
+    canceller = EchoCanceller(EchoSettings())
+    estimate = canceller.estimate
+    loud = 1e-2
+    for _ in range(200):  # 2 s of reply: coupling −6 dB, 30 dB cancelled
+        estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
+    for _ in range(20):  # its tail dies away
+        estimate.frame(0.0, 1e-7, 1e-7, audible=False, echo=True)
+    before = estimate.expected_residual()
+    canceller.barge_in()
+    assert estimate.erle_db == pytest.approx(30, abs=0.5)
+    assert estimate.settled
+    assert estimate.expected_residual() == before
+    estimate.restart_onset()  # the next reply: its first 0.5 s count no cancelling…
+    for _ in range(ONSET_FRAMES):
+        estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
+    assert estimate.settled  # …then the ERLE from before the barge-in, not 1 s more
+    for _ in range(11):
+        estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
+    assert estimate.expected_residual() < loud / 4 / 100
+
+
+def test_another_filter_is_not_counted_on_until_it_is_measured():
+    """forget_erle (the linear filter replaced at a trial's end): the ERLE from before is
+    not assumed (its leaks would pass as the user), the room's coupling is."""
     from wyoming_pivoice.audio.echo import EchoEstimate
 
     estimate = EchoEstimate()
@@ -370,8 +395,8 @@ def test_after_a_barge_in_the_estimate_counts_on_no_cancelling_until_it_measures
     assert estimate.coupling_db == coupling
     # ...so the echo alone is expected at its full level: only a voice over it interrupts.
     assert estimate.expected_residual() >= loud / 4 * 0.9 + floor
-    # Its first window measured is not counted on either: the filters meet a speaker command
-    # opened anew (a reply's own echo made a turn 0.6 s into it, just after that window).
+    # Its first window measured is not counted on either: a new filter converges over its
+    # first seconds of echo.
     from wyoming_pivoice.audio.echo import CONVERGE_FRAMES
 
     for _ in range(CONVERGE_FRAMES - 1):

@@ -73,10 +73,8 @@ ONSET_QUIET_FRAMES = 100  # a reference silent this long (1 s) and sounding agai
 ONSET_FRAMES = 50  # its first 0.5 s
 # A new AEC3 converges over its first second or two of echo; what the estimate's first
 # windows measure of it is not yet what it does (offline, a reply's first second: ERLE
-# estimated ~35 dB while it left residual bursts 10-19 dB over that, Silero 0.35-0.54). So
-# do the filters of the reply after a barge-in, on a speaker command opened anew (bench,
-# −6 dB/150 ms room, load 6-13: that reply's own echo started a turn 0.6 s into it, just
-# after its first window had measured them).
+# estimated ~35 dB while it left residual bursts 10-19 dB over that, Silero 0.35-0.54).
+# A barge-in no longer counts as a new filter (see EchoCanceller._barge_in).
 CONVERGE_FRAMES = 150
 # After a barge-in a fresh AEC3 runs beside the live one (see EchoCanceller) and the better
 # of the two over windows of this many 10 ms frames of reply is heard; after TRIAL_WINDOWS
@@ -278,9 +276,9 @@ class EchoEstimate:
     def __init__(
         self, converge_frames: int = CONVERGE_FRAMES, onset_frames: int = ONSET_FRAMES
     ) -> None:
-        # How long a new filter (the canceller's start, a barge-in's) and a reply's first
-        # moments count no cancelling (see _expected_now): AEC3's; the linear filter beside
-        # it is never restarted and needs neither.
+        # How long a new filter (the canceller's start) and a reply's first moments count
+        # no cancelling (see _expected_now): AEC3's; the linear filter beside it is never
+        # restarted and needs neither.
         self.converge_frames = converge_frames
         self.onset_frames = onset_frames
         self._ref = self._mic = self._out = 0.0
@@ -294,7 +292,7 @@ class EchoEstimate:
         self._recent: deque[float] = deque(maxlen=RECENT_FRAMES)  # reference frame energies
         self._silent_frames = ONSET_QUIET_FRAMES  # reference frames in a row without sound
         self._since_onset = 0  # audible frames since a reply's first sound
-        self._audible = 0  # audible frames since the canceller started or a barge-in
+        self._audible = 0  # audible frames since the canceller started (or forget_erle)
         self._held = 0.0  # the expected residual, falling at FALL_DB_PER_FRAME at most
 
     @property
@@ -362,11 +360,8 @@ class EchoEstimate:
         self._frames = self._mic_frames = 0
 
     def forget_erle(self) -> None:
-        """A barge-in: what the canceller achieved is not known again until measured. The
-        reply after one plays on a new speaker command with filters that adapted through the
-        voice or start afresh; counting on the ERLE from before it let their leaks through
-        as the user (the room at −3 dB/250 ms, RT60 0.7, load 9-10: 2 of 3 runs made a turn
-        of the next reply's own echo). The coupling is the room's and stays."""
+        """Another filter is heard from here (the linear one replaced at a trial's end): what
+        it achieves is not known again until measured. The coupling is the room's and stays."""
         self._erles.clear()
         self._audible = 0
         self._held = max(self._held, self._expected_now())  # the echo is expected in full at once
@@ -374,7 +369,7 @@ class EchoEstimate:
     @property
     def settled(self) -> bool:
         """What the canceller achieves is counted on (see _expected_now): not in a reply's
-        first moments, nor in the first CONVERGE_FRAMES of echo after a start or a barge-in."""
+        first moments, nor in the first CONVERGE_FRAMES of echo after a start (or forget_erle)."""
         return self._since_onset >= self.onset_frames and self._audible >= self.converge_frames
 
     @property
@@ -406,7 +401,7 @@ class EchoEstimate:
         # filters only as the reply plays), and leaks until it re-adapts (measured with a
         # restart: a self-made turn 0.3 s into the next reply). Count on no cancelling for
         # its first 0.5 s: only a voice louder than the echo itself interrupts then; so in
-        # the first CONVERGE_FRAMES of echo after the canceller started or a barge-in.
+        # the first CONVERGE_FRAMES of echo after the canceller started.
         erle = self.erle_db if self.settled else 0.0
         return echo / 10 ** (erle / 10) + self.floor
 
@@ -626,7 +621,12 @@ class EchoCanceller:
 
     def _barge_in(self) -> None:
         self._resume_index, self._unsure = None, None  # a held reply stopped for good
-        self.estimate.forget_erle()
+        # The ERLE measured before stays counted on. Forgetting it (1.5 s of reply expecting
+        # the full echo) guarded against leaks of a filter that adapted through the voice or
+        # started afresh, before the trial weighed the lower of the two residuals; it missed
+        # the user over the first reply after a barge-in (offline 1/72 within 300 ms; bench
+        # --room-cases chained, load 5-6, the echo rooms: 3/11 within 300 ms, kept: 17/18).
+        # Self-made turns came as often either way (AEC3's own lapses: docs/room.md, s. 23).
         if not self.settings.echo_cancellation:
             return
         if self._second is not None and self._use_second:

@@ -25,10 +25,11 @@ The evidence comes from the echo canceller (echo.py), frame by frame:
   A voice far above it (strong_margin_db) interrupts within 64 ms of Silero calling it
   speech, sooner than speech starts in silence: each frame waited is the reply talking
   over the user. One Silero is sure of (≥ echo_threshold) counts ≥ residual_margin_db over
-  it for sure_min_speech_frames (96 ms): in the first 1.5 s after a start or a barge-in the
-  estimate counts on no cancelling, and a voice at the echo's level stood only 4-11 dB over
-  the full echo there, at Silero 0.99-1.00 (live, session 18: decided 387 ms after its onset).
-  Silero itself must say speech (≥ threshold), except for a plain voice:
+  it for sure_min_speech_frames (96 ms): in the first 1.5 s after the canceller's start the
+  estimate counts on no cancelling (sessions 18-22: after a barge-in too), and a voice at
+  the echo's level stood only 4-11 dB over the full echo there, at Silero 0.99-1.00 (live,
+  session 18: decided 387 ms after its onset). Silero itself must say speech (≥ threshold),
+  except for a plain voice:
   ≥ plain_margin_db (20 dB) over it at Silero ≥ plain_threshold (0.1) for 4 frames. AEC3's
   double-talk suppression blurs a voice under a loud echo and Silero lags it by 100-500 ms at
   0.0-0.3; the echo's leaks that far over stand at Silero 0.00-0.05 (live, session 11-12).
@@ -82,7 +83,7 @@ class Evidence:
     residual_db: float | None = None  # the cleaned frame's level
     expected_residual_db: float | None = None  # what the echo alone would leave now
     # The canceller's achievement is counted in that (not a reply's first moments, nor the
-    # first seconds after a start or a barge-in, where the full echo is expected instead).
+    # first seconds after the canceller's start, where the full echo is expected instead).
     settled: bool = True
     # The same of the linear filter beside AEC3 (echo.py, mdf.py): its output keeps a voice
     # that AEC3's suppression takes off; None: no linear filter.
@@ -139,13 +140,13 @@ class TurnPolicy:
     strong_min_speech_frames: int = 2
     # A voice Silero is sure of (≥ echo_threshold) and ≥ residual_margin_db over what the echo
     # alone would leave, under strong_margin_db: this many frames, not echo_min_speech_frames.
-    # For the first 1.5 s of echo after a start or a barge-in the expected residual is the
-    # full echo (echo.CONVERGE_FRAMES), and a voice at the echo's level stood -7 to +11 dB over
-    # it at Silero 0.90-1.00 (live, sessions 18-19: decided 290-390 ms after its onset). Live
-    # echo alone (four benches, load 4.4-4.8, 8688 frames over replies: lab room.echolog) never
-    # had Silero ≥ 0.5 on a frame ≥ 6 dB over; at ≥ 0.85, 1 frame ≥ 0 dB and 5 ≥ -6 dB (3 in a
-    # row), and recorded leaks stood 2-5.5 dB over at Silero 0.94-0.99 (the tests): the margin
-    # stays.
+    # For the first 1.5 s of echo after the canceller's start (until session 23, after a
+    # barge-in too) the expected residual is the full echo (echo.CONVERGE_FRAMES), and a
+    # voice at the echo's level stood -7 to +11 dB over it at Silero 0.90-1.00 (live, sessions
+    # 18-19: decided 290-390 ms after its onset). Live echo alone (four benches, load 4.4-4.8,
+    # 8688 frames over replies: lab room.echolog) never had Silero ≥ 0.5 on a frame ≥ 6 dB
+    # over; at ≥ 0.85, 1 frame ≥ 0 dB and 5 ≥ -6 dB (3 in a row), and recorded leaks stood
+    # 2-5.5 dB over at Silero 0.94-0.99 (the tests): the margin stays.
     sure_min_speech_frames: int = 3
     # A voice far over what the echo alone would leave while Silero is still unsure: over a
     # reply AEC3's double-talk suppression takes a voice under a loud echo down and apart, and
