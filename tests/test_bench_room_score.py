@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import wave
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 from wyoming.audio import AudioFormat
 
+from pivoice_lab.bench.corpus import Utterance
 from pivoice_lab.bench.room import _score
 from pivoice_lab.room.session import RoomRun
 from pivoice_lab.room.simulator import Reply, Say
@@ -19,6 +22,17 @@ def _turn(barge_in: float | None, first_played: float) -> dict:
     stamps["barge_in"] = barge_in
     return {"stamps": stamps, "barged_in": barge_in is not None, "echo": None,
             "transcript": "", "ms": {}}  # fmt: skip
+
+
+def _utterance(tmp_path: Path, name: str, kind: str) -> Utterance:
+    """A 1 s utterance (its voice 0.1-0.9 s) written as a WAV: for the scripts' shape."""
+    path = tmp_path / f"{name}.wav"
+    with wave.open(str(path), "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(16000)
+        wav.writeframes(b"\x00\x10" * 16000)
+    return Utterance(name, name, "espeak:en-us", kind, (), str(path), 1.0, 0.1, 0.9)
 
 
 def _run(turns: list[dict], replies: list[Reply]) -> RoomRun:
@@ -56,19 +70,10 @@ def test_the_wide_rooms_script_puts_the_recorded_person_over_a_reply_at_their_on
 ) -> None:
     """`--room-cases wide`: a recorded person is said over the first reply talked over in
     each round, at that room's own onsets; the other commands and questions as before."""
-    import wave
-
-    from pivoice_lab.bench.corpus import Utterance
     from pivoice_lab.bench.room import _script, wide_cases
 
     def utterance(name: str, kind: str) -> Utterance:
-        path = tmp_path / f"{name}.wav"
-        with wave.open(str(path), "wb") as wav:
-            wav.setnchannels(1)
-            wav.setsampwidth(2)
-            wav.setframerate(16000)
-            wav.writeframes(b"\x00\x10" * 16000)
-        return Utterance(name, name, "espeak:en-us", kind, (), str(path), 1.0, 0.1, 0.9)
+        return _utterance(tmp_path, name, kind)
 
     questions = [utterance(f"q{i}", "question") for i in range(4)]
     commands = [utterance(f"c{i}", "command") for i in range(4)]
@@ -86,19 +91,10 @@ def test_the_wide_rooms_script_puts_the_recorded_person_over_a_reply_at_their_on
 def test_the_chained_script_talks_over_the_first_reply_after_a_barge_in(tmp_path) -> None:
     """`--room-cases chained`: each round, the second command is said over the reply to the
     first (4 replies a round), and its trial is scored as over the reply after a barge-in."""
-    import wave
-
-    from pivoice_lab.bench.corpus import Utterance
     from pivoice_lab.bench.room import _script, chained_cases
 
     def utterance(name: str, kind: str) -> Utterance:
-        path = tmp_path / f"{name}.wav"
-        with wave.open(str(path), "wb") as wav:
-            wav.setnchannels(1)
-            wav.setsampwidth(2)
-            wav.setframerate(16000)
-            wav.writeframes(b"\x00\x10" * 16000)
-        return Utterance(name, name, "espeak:en-us", kind, (), str(path), 1.0, 0.1, 0.9)
+        return _utterance(tmp_path, name, kind)
 
     questions = [utterance(f"q{i}", "question") for i in range(4)]
     commands = [utterance(f"c{i}", "command") for i in range(4)]
