@@ -25,15 +25,16 @@ from .echolog import OVER
 
 DUMP_START = re.compile(r"AEC dump to \S+ from monotonic ([\d.]+)")
 RATE = 16000
+FRAME = RATE // 100  # AEC3 takes 10 ms at a time
 
 
 def replay(pairs: np.ndarray) -> np.ndarray:
     """The output of one AEC3 (livekit's, the satellite's default) fed `pairs` (n × 2 int16:
     microphone, reference) 10 ms at a time."""
-    from wyoming_pivoice.audio.echo import FRAME, LivekitApm
+    from wyoming_pivoice.audio import load_apm
     from wyoming_pivoice.satellite import EchoSettings
 
-    apm = LivekitApm(EchoSettings())
+    apm = load_apm(EchoSettings())
     mic, ref = pairs[:, 0].copy(), pairs[:, 1].copy()
     out = np.zeros_like(mic)
     for i in range(0, len(mic) - FRAME + 1, FRAME):
