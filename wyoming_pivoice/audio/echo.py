@@ -754,10 +754,10 @@ class EchoCanceller:
                 live_trial += live_energy
                 second_trial += second_energy
                 lower = min(live_energy, second_energy)
-            if audible:
-                self._count(near, out)
-            echo = self._echo_possible()
             mic_energy = _mean_square(near)
+            if audible:
+                self._count(mic_energy, out_energy)
+            echo = self._echo_possible()
             self.estimate.frame(ref_energy, mic_energy, out_energy, audible, echo)
             resumed = self._resume_index
             if audible and resumed is not None and self._capture_index >= resumed:
@@ -846,10 +846,11 @@ class EchoCanceller:
             dump.close()
             self._dump = None
 
-    def _count(self, near: np.ndarray, out: np.ndarray) -> None:
+    def _count(self, mic_energy: float, out_energy: float) -> None:
+        """One audible frame into the stats, from its mean-square energies (_mean_square)."""
         self.stats.seconds += FRAME / RATE
-        self.stats.energy_in += float(np.sum(near.astype(np.float64) ** 2)) * _PCM16_SCALE
-        self.stats.energy_out += float(np.sum(out.astype(np.float64) ** 2)) * _PCM16_SCALE
+        self.stats.energy_in += mic_energy * FRAME
+        self.stats.energy_out += out_energy * FRAME
 
     def take_stats(self) -> EchoStats:
         with self._lock:
