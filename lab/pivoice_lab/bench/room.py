@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..room.acoustics import RoomAcoustics
-from ..room.align import placements
+from ..room.align import placements, read_dump
 from ..room.session import RoomRun, run_satellite_in_room
 from ..room.simulator import BLOCK, Reply, Room, Say
 from .corpus import ARCTIC_TEXT, ARCTIC_WAV, RATE, Line, Utterance, build
@@ -170,8 +169,8 @@ def shared_clock_cases() -> list[RoomCase]:
 def chained_cases() -> list[RoomCase]:
     """Issue #20's two echo rooms and the headset, each round's second command said over the
     first reply after a barge-in: that reply's echo comes through a speaker command opened
-    anew, while a fresh AEC3 is on trial beside the kept one and the estimate counts on no
-    cancelling (echo.CONVERGE_FRAMES). The targets' script never talks over that reply."""
+    anew while a fresh AEC3 is on trial beside the kept one (audio/echo.py). The targets'
+    script never talks over that reply."""
     return [
         RoomCase(-6, 150, True, rt60_s=0.7, small_speaker=True, drift_ppm=100, chained=True),
         RoomCase(-3, 250, True, rt60_s=0.7, small_speaker=True, drift_ppm=-100, chained=True),
@@ -347,6 +346,11 @@ def _reply_of(turn: dict, replies: list[Reply]) -> Reply | None:
     return min(replies, key=lambda r: abs(r.opened - first), default=None)
 
 
+def _over_a_reply(say: Say) -> bool:
+    """Said while a reply plays (anchored on its first sound), not after it ended."""
+    return say.reply is not None and not say.after_end
+
+
 def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict[str, Any]:
     spans = _user_spans(script)
     replies = run.room.replies
@@ -367,12 +371,11 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
             self_barge += 1
     trials = []
     for n, say in enumerate(script):
-        if say.reply is None or say.after_end or say.onset is None:
+        if not _over_a_reply(say) or say.onset is None:
             continue
         # Said over the reply to a command that was itself said over a reply: the first
         # reply after a barge-in (the chained script).
-        before = script[n - 1] if n else None
-        after_barge_in = bool(before and before.reply is not None and not before.after_end)
+        after_barge_in = n > 0 and _over_a_reply(script[n - 1])
         onset = say.onset
         playing = [
             r for r in replies if r.first_sound is not None and r.first_sound <= onset
@@ -491,25 +494,22 @@ def _summary(results: list[dict]) -> dict[str, Any]:
     }
 
 
-DUMP_START = re.compile(r"AEC dump to \S+ from monotonic ([\d.]+)")
-
-
 def reply_lags(run: RoomRun, dump: Path, delay_ms: float) -> dict[str, list[float | None]]:
     """Per reply of a recorded run with `--aec-dump DUMP`: how much later than it played the
     satellite placed the reference, and its microphone later than captured (room.align), in
     the reply's first second; and the lag AEC3 got: the room's delay + microphone − reference
     (a reference placed after its echo: < 0). Empty where the run has no dump."""
-    room, match = run.room, DUMP_START.search(run.log)
-    if match is None or not dump.is_file() or room.recorded_from is None:
+    room, read = run.room, read_dump(dump, run.log)
+    if read is None or room.recorded_from is None:
         return {}
-    samples = np.frombuffer(dump.read_bytes(), dtype="<i2").reshape(-1, 2)
+    samples, start = read
     mic, source = room.recording("mic"), room.recording("source")
     found: dict[str, list[float | None]] = {"reference_ms": [], "microphone_ms": [], "lag_ms": []}
     for reply in room.replies:
         if reply.first_sound is None:
             continue
         times = [reply.first_sound + s for s in (0.05, 0.3, 1.0)]
-        at = placements(samples, float(match.group(1)), mic, source, room.recorded_from, times)
+        at = placements(samples, start, mic, source, room.recorded_from, times)
         ref = next((p.reference_ms for p in at if p.reference_ms is not None), None)
         heard = next((p.microphone_ms for p in at if p.microphone_ms is not None), None)
         found["reference_ms"].append(ref)

@@ -10,13 +10,26 @@ cannot be cancelled; a lag that moves between replies is one AEC3 must find agai
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from .acoustics import RATE
 
 SILENT_RMS = 1e-3  # a window quieter than −60 dBFS places nothing
+DUMP_START = re.compile(r"AEC dump to \S+ from monotonic ([\d.]+)")
+
+
+def read_dump(dump: Path, log: str) -> tuple[np.ndarray, float] | None:
+    """A `--aec-dump` file as (n × 2 int16: microphone, reference) and the monotonic time of
+    its first sample, from the satellite's log; None where either is missing."""
+    match = DUMP_START.search(log)
+    if match is None or not dump.is_file():
+        return None
+    pairs = np.frombuffer(dump.read_bytes(), dtype="<i2").reshape(-1, 2)
+    return pairs, float(match.group(1))
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .align import read_dump
 from .echolog import OVER
 
-DUMP_START = re.compile(r"AEC dump to \S+ from monotonic ([\d.]+)")
 RATE = 16000
 FRAME = RATE // 100  # AEC3 takes 10 ms at a time
 
@@ -56,13 +56,9 @@ class Row:
     replayed_residual_db: float
 
 
-def compare(log: str, pairs: np.ndarray, out: np.ndarray, chunk: int = 512) -> list[Row]:
-    """Each live frame line beside the same chunk of the replay (the chunk ending at its
-    time: the dump's first sample is at the logged monotonic start)."""
-    start = DUMP_START.search(log)
-    if start is None:
-        return []
-    first = float(start.group(1))
+def compare(log: str, first: float, out: np.ndarray, chunk: int = 512) -> list[Row]:
+    """Each live frame line beside the same chunk of the replay `out`, whose first sample is
+    at monotonic `first` (the chunk ending at the line's time)."""
     rows = []
     for line in log.splitlines():
         match = OVER.search(line)
@@ -88,8 +84,11 @@ def main() -> None:  # pragma: no cover - a lab tool
     parser.add_argument("--over", type=float, default=10.0, help="dB over the expected residual")
     args = parser.parse_args()
     log = (args.case / "satellite.log").read_text()
-    pairs = np.frombuffer((args.case / "aec.raw").read_bytes(), dtype="<i2").reshape(-1, 2)
-    rows = compare(log, pairs, replay(pairs))
+    read = read_dump(args.case / "aec.raw", log)
+    if read is None:
+        parser.error(f"{args.case}: no aec.raw, or its satellite.log names no AEC dump")
+    pairs, first = read
+    rows = compare(log, first, replay(pairs))
     print(f"{len(rows)} frames over replies")
     for row in rows:
         if row.live_residual_db - row.expected_db >= args.over and row.live_mic_db > -45:
