@@ -624,8 +624,8 @@ class EchoCanceller:
         # The ERLE measured before stays counted on. Forgetting it (1.5 s of reply expecting
         # the full echo) guarded against leaks of a filter that adapted through the voice or
         # started afresh, before the trial weighed the lower of the two residuals; it missed
-        # the user over the first reply after a barge-in (offline 1/72 within 300 ms; bench
-        # --room-cases chained, load 5-6, the echo rooms: 3/11 within 300 ms, kept: 17/18).
+        # the user over the first reply after a barge-in (offline, load 2-3: 1/72 within
+        # 300 ms; bench --room-cases chained, load 5-6, the echo rooms: 3/11, kept: 17/18).
         # Self-made turns came about as often either way (4 in 98 echoing replies; 7 in 209,
         # 2 of them in the 1.5 s it covered): AEC3's own lapses (docs/room.md, session 23).
         if not self.settings.echo_cancellation:
