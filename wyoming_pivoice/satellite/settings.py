@@ -154,7 +154,13 @@ class EchoSettings:
     linear_filter: str = "mdf"
     # Whose AEC3: "livekit" (its APM) or "aec3", ours (audio/aec3.py, native/aec3), whose
     # suppressor the lab can tune (aec3.CONFIG); livekit's where ours is not installed.
-    canceller: str = "livekit"
+    canceller: str = opt(
+        "livekit",
+        "--echo-canceller",
+        choices=["livekit", "aec3"],
+        help="whose WebRTC AEC3: livekit's APM, or aec3 (ours, native/aec3/build.sh builds "
+        "it; livekit's where it is not installed)",
+    )
     # What the canceller compares, frame by frame (WebRTC's aecdump, in spirit): where the
     # reference stood against the echo is read from it (lab: room.align).
     dump: str | None = opt(
