@@ -34,6 +34,7 @@ from ..satellite.protocols import Hearing
 from ..satellite.settings import EchoSettings
 from ..satellite.turn_policy import NO_COUPLING_DB, Evidence
 from .aec3 import Aec3
+from .echomatch import EchoMatch
 from .format import RATE
 from .mdf import Mdf
 from .pcm import StreamingConverter, frame_bytes
@@ -95,6 +96,9 @@ TRIAL_MARGIN = 2.0  # 3 dB
 FALL_DB_PER_FRAME = 3.0
 FALL_PER_FRAME = 10 ** (-FALL_DB_PER_FRAME / 10)
 VOICE_PROBABILITY = 0.5  # a chunk the VAD scores this high may hold the user's voice
+# A chunk over a reply is matched against the echo (echomatch.py) from this VAD probability
+# on: the lowest any rule of turn_policy.decide counts (TurnPolicy.plain_threshold).
+MATCH_FROM = 0.1
 # The linear filter beside AEC3 (mdf.py, for barge-in): its length must span the echo
 # path's delay (the rooms: 20-250 ms, plus the device's buffer) and the loud part of the
 # room's tail.
@@ -537,6 +541,7 @@ class EchoCanceller:
         self._chunk_linear = 0.0
         self._chunk_linear_expected = 0.0
         self.stats = EchoStats()
+        self._match = EchoMatch()  # is the output the echo itself (AEC3's lapses)?
         self._unsure: int | None = None  # audible frames left without an estimate (hold)
         # Held: the next sound from this timeline index on is the reply playing on.
         self._resume_index: int | None = None
@@ -784,6 +789,7 @@ class EchoCanceller:
             use_out = (echo and not self.estimate.no_echo) or self.settings.always_process
             chosen = out if use_out else near
             outputs.append(chosen)
+            self._match.frame(near, ref, chosen, audible)
             # What the turn policy weighs. In a barge-in's trial a voice is in the microphone
             # and so in both filters' outputs; a leak is one filter's own: the unconverged
             # fresh one, heard after a window it won at the floor, passed a reply's last
@@ -925,6 +931,9 @@ class EchoCanceller:
             linear_probability=linear_probability if linear else None,
             linear_residual_db=round(_db(self._chunk_linear), 1) if linear else None,
             linear_expected_db=round(_db(self._chunk_linear_expected), 1) if linear else None,
+            echo_match=self._match.match()
+            if probability >= MATCH_FROM and self._echo_possible()
+            else None,
         )
 
 

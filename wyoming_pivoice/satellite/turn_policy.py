@@ -93,6 +93,10 @@ class Evidence:
     # The frame as the microphone heard it, before cancelling (the audio core's debug log:
     # what the canceller took off a leak or a voice is read from it).
     mic_db: float | None = None
+    # How much the cleaned frame's last 192 ms look like the reply's echo: their normalised
+    # correlation with the reference at the echo's delay (audio/echomatch.py), 0-1; None: not
+    # measured (no delay known yet, or the VAD heard nothing worth weighing).
+    echo_match: float | None = None
 
     @property
     def echo_heard(self) -> bool:
@@ -190,6 +194,13 @@ class TurnPolicy:
     hold_confirm_frames: int = 1
     hold_leap_db: float = 10.0
     hold_gap_frames: int = 31  # 1 s
+    # A frame over a reply whose cleaned audio correlates this well with the reference at the
+    # echo's delay is the echo passing the canceller, not the user (Evidence.echo_match): AEC3's
+    # lapses under load, 17-31 dB over the expected residual at Silero 0.5-0.98, which no
+    # margin above tells from a voice. Replayed from live dumps (load 5-6, −6 dB/150 ms,
+    # 0.7 s tail): a lapse matched 0.63, the users' voices over the same replies 0.00-0.20,
+    # the uncancelled microphone (voice and echo at the same level) 0.11-0.47.
+    echo_match_max: float = 0.5
 
 
 def _linear_voice(evidence: Evidence, policy: TurnPolicy) -> bool:
@@ -214,7 +225,13 @@ def suspect(evidence: Evidence, policy: TurnPolicy) -> bool:
         excess is not None
         and excess >= policy.hold_margin_db
         and evidence.probability >= policy.hold_threshold
+        and not _is_echo(evidence, policy)
     )
+
+
+def _is_echo(evidence: Evidence, policy: TurnPolicy) -> bool:
+    """Whether the frame is the reply's echo let through (TurnPolicy.echo_match_max)."""
+    return evidence.echo_match is not None and evidence.echo_match >= policy.echo_match_max
 
 
 def decide(evidence: Evidence, voiced_frames: int, policy: TurnPolicy) -> Decision:
@@ -249,6 +266,8 @@ def decide(evidence: Evidence, voiced_frames: int, policy: TurnPolicy) -> Decisi
                 counts, need = True, policy.plain_min_speech_frames
             if not counts and _linear_voice(evidence, policy):
                 counts, need = True, policy.linear_min_speech_frames
+        if counts and _is_echo(evidence, policy):
+            counts = False  # whatever its level and the VAD say, it is the reply
     if not counts:
         return Decision.IGNORE
     if voiced_frames + 1 < need:
