@@ -302,13 +302,14 @@ class CoreSource:
                 _LOGGER.debug(
                     "Over the reply at %.3f: VAD %.2f, mic %s dB, residual %s dB, expected %s dB; "
                     "linear VAD %s, residual %s dB, expected %s dB, ERLE %.1f dB; ref %s dB; "
-                    "settled %s; trial %s; echo match %s",
+                    "settled %s; trial %s; echo match %s at %s ms",
                     now, probability, evidence.mic_db, evidence.residual_db,
                     evidence.expected_residual_db,
                     evidence.linear_probability and round(evidence.linear_probability, 2),
                     evidence.linear_residual_db, evidence.linear_expected_db,
                     canceller.linear_estimate.erle_db, canceller.chunk_ref_db,
                     evidence.settled, canceller.chunk_trial, evidence.echo_match,
+                    canceller.echo_delay_ms,
                 )  # fmt: skip
             self._fast_barge_in(evidence, now)
         kept = None

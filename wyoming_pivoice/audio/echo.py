@@ -878,6 +878,13 @@ class EchoCanceller:
         return round(_db(self._chunk_ref), 1)
 
     @property
+    def echo_delay_ms(self) -> float | None:
+        """The echo's delay behind the reference as echomatch.py found it (the frame lines
+        carry it beside the match); None: not found yet."""
+        delay = self._match.delay
+        return None if delay is None else round(delay * 1000 / RATE, 1)
+
+    @property
     def chunk_trial(self) -> str | None:
         """In a barge-in's trial, the last chunk's level out of each filter and which one was
         heard (the frame lines carry it: a leak read from a live log is set against the other
