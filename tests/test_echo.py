@@ -13,6 +13,7 @@ from wyoming.audio import AudioFormat
 from pivoice_lab.room.acoustics import EchoPath, NoiseFloor, RoomAcoustics
 from tests.helpers import make_speech
 from wyoming_pivoice.audio.echo import ONSET_FRAMES, CaptureClock, EchoCanceller
+from wyoming_pivoice.audio.echomatch import EchoMatch
 from wyoming_pivoice.audio.format import CHUNK_SAMPLES, CHUNK_SECONDS
 from wyoming_pivoice.audio.pcm import StreamingConverter
 from wyoming_pivoice.audio.speaker import NullSink
@@ -673,3 +674,42 @@ def test_a_reply_played_on_that_ends_soon_leaves_the_next_reply_its_estimate():
         known.append((now, evidence.expected_residual_db is not None))
     assert not all(k for t, k in known if 2.5 < t < 3.0)  # played on: no estimate at first
     assert all(k for t, k in known if 4.6 < t < 6.0)  # the next reply: its own
+
+
+def test_over_a_reply_the_evidence_says_whether_the_output_is_the_echo(reply):
+    """The canceller finds the echo's delay while the reply plays (echomatch.py) and, where
+    the VAD heard something, matches its output against the reference there: a settled
+    AEC3's output is not the echo; the microphone's own sound, uncancelled, is."""
+    pcm, rate = reply
+    fmt = AudioFormat(rate, 2, 1)
+    acoustics = RoomAcoustics(echo_db=-6, delay_ms=120, tail_ms=60)
+    played = StreamingConverter(fmt, RATE).convert(pcm)
+    start = RATE // 2
+    speaker = np.zeros(start + len(played), dtype=np.float32)
+    speaker[start:] = played
+    mic = EchoPath(acoustics).process(speaker) + NoiseFloor(-60, 1).block(len(speaker))
+    canceller = EchoCanceller(EchoSettings())
+    piece = int(rate * 0.02) * 2
+    for i, offset in enumerate(range(0, len(pcm), piece)):
+        canceller.reference(pcm[offset : offset + piece], fmt, 0.5 + i * 0.02)
+    quiet, loud = [], []
+    for n in range(len(mic) // CHUNK_SAMPLES):
+        chunk = (np.clip(mic[n * CHUNK_SAMPLES : (n + 1) * CHUNK_SAMPLES], -1, 1) * 32767)
+        canceller.process(chunk.astype("<i2").tobytes(), (n + 1) * CHUNK_SECONDS)
+        if n * CHUNK_SECONDS < 3.0:
+            continue
+        quiet.append(canceller.evidence(0.05).echo_match)
+        loud.append(canceller.evidence(0.9).echo_match)
+    assert canceller.echo_delay_ms == pytest.approx(120, abs=2)
+    assert all(m is None for m in quiet)  # nothing the VAD heard: nothing weighed
+    matched = [m for m in loud if m is not None]
+    assert len(matched) == len(loud) and np.median(matched) < 0.3
+    # The same look back with the microphone for output (AEC3 lapsing whole) matches well.
+    lapse = EchoMatch()
+    ref16 = np.concatenate([np.zeros(start), played])
+    whole = []
+    for i in range(0, len(mic) - 160 + 1, 160):
+        lapse.frame(mic[i : i + 160], ref16[i : i + 160], mic[i : i + 160], True)
+        if i >= 3 * RATE and (i // 160) % 10 == 0:
+            whole.append(lapse.match())
+    assert None not in whole and np.median(whole) >= 0.6
