@@ -694,7 +694,7 @@ def test_over_a_reply_the_evidence_says_whether_the_output_is_the_echo(reply):
         canceller.reference(pcm[offset : offset + piece], fmt, 0.5 + i * 0.02)
     quiet, loud = [], []
     for n in range(len(mic) // CHUNK_SAMPLES):
-        chunk = (np.clip(mic[n * CHUNK_SAMPLES : (n + 1) * CHUNK_SAMPLES], -1, 1) * 32767)
+        chunk = np.clip(mic[n * CHUNK_SAMPLES : (n + 1) * CHUNK_SAMPLES], -1, 1) * 32767
         canceller.process(chunk.astype("<i2").tobytes(), (n + 1) * CHUNK_SECONDS)
         if n * CHUNK_SECONDS < 3.0:
             continue
