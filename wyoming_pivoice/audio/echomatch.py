@@ -103,7 +103,7 @@ class EchoMatch:
         return round(statistics.median(self._lags))
 
     def match(self) -> float | None:
-        """The output's last 192 ms against the reference at the echo's delay (± 16 ms):
+        """The output's last 192 ms against the reference at the echo's delay (± 32 ms):
         the highest normalised correlation, 0-1; None where no delay is known."""
         delay = self.delay
         if delay is None or self._filled < MATCH_WINDOW + delay + MATCH_SPREAD:
