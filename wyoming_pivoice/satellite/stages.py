@@ -31,7 +31,7 @@ from wyoming.tts import (
 )
 
 from ..audio.pcm import plain_format
-from ..realtime import Backoff
+from ..realtime import Backoff, timeout
 from ..timing import TurnClock
 from .protocols import AudioPiece
 
@@ -64,7 +64,7 @@ class ServerLink:
         """A connection for one request (`what` names it in errors); closed on leaving."""
         client = await self._connect()
         try:
-            yield Connection(client, what)
+            yield Connection(client, what, self.read_timeout)
         finally:
             with contextlib.suppress(Exception):
                 await client.disconnect()
@@ -72,9 +72,10 @@ class ServerLink:
     async def _connect(self) -> AsyncClient:
         deadline = time.monotonic() + self.retry_seconds
         while True:
-            client = AsyncClient.from_uri(
-                self.uri, connect_timeout=5.0, read_timeout=self.read_timeout
-            )
+            # No read timeout in the client: it would wait with `asyncio.wait_for`, which on
+            # Python 3.11 (Raspberry Pi OS bookworm) swallows a cancellation that comes as
+            # an event arrives; the Connection bounds each read itself.
+            client = AsyncClient.from_uri(self.uri, connect_timeout=5.0, read_timeout=None)
             try:
                 await client.connect()
             except (OSError, asyncio.TimeoutError) as err:
@@ -99,9 +100,10 @@ class ServerLink:
 class Connection:
     """One request's connection: transport failures and `error` events become ServerError."""
 
-    def __init__(self, client: AsyncClient, what: str) -> None:
+    def __init__(self, client: AsyncClient, what: str, read_timeout: float) -> None:
         self.client = client
         self.what = what
+        self.read_timeout = read_timeout
 
     async def send(self, *events: Event) -> None:
         try:
@@ -113,7 +115,11 @@ class Connection:
     async def receive(self) -> Event:
         what = self.what
         try:
-            event = await self.client.read_event()
+            # A timeout context, not `wait_for`: a barge-in's cancel must end the turn's run
+            # even when it meets an arriving audio chunk (3.11's wait_for returned the chunk
+            # and the abandoned run went on to the end of its reply: CI, session 24).
+            async with timeout(self.read_timeout):
+                event = await self.client.read_event()
         except asyncio.TimeoutError:
             raise ServerError(f"no answer from the server during {what}") from None
         except (OSError, asyncio.IncompleteReadError) as err:
