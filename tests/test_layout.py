@@ -221,3 +221,22 @@ def test_the_fronts_import_the_core_and_never_each_other() -> None:
             if target is not None and target != front(name):
                 wrong.append(f"{path.relative_to(REPO)}:{line}: {full}")
     assert wrong == []
+
+
+def test_no_wait_is_bounded_by_wait_for() -> None:
+    """Python 3.11 (Raspberry Pi OS bookworm) is supported, where `asyncio.wait_for` can
+    return a result and swallow the cancel that came with it: a barge-in's cancelled run
+    then played on (CI, session 24). Bounds are `realtime.timeout`; a wyoming client bounds
+    its reads with wait_for, so each is made with `read_timeout=None` and bounded by us."""
+    found = []
+    for name, path in modules(RUNTIME).items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Call):
+                continue
+            call = ast.unparse(node.func)
+            timeouts = {k.arg: ast.unparse(k.value) for k in node.keywords}
+            if call == "asyncio.wait_for" or (
+                call.endswith("AsyncClient.from_uri") and timeouts.get("read_timeout") != "None"
+            ):
+                found.append(f"{name}:{node.lineno} {call}")
+    assert not found

@@ -29,6 +29,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from . import realtime
 from .zeroconf import Advertiser, ZeroconfSettings, default_name, detect_host
 
 if TYPE_CHECKING:
@@ -117,7 +118,8 @@ async def withdraw(advertiser: Advertiser | None, timeout: float | None = None) 
     if advertiser is None:
         return
     try:
-        await asyncio.wait_for(advertiser.stop(), timeout)
+        async with realtime.timeout(timeout):
+            await advertiser.stop()
     except Exception as err:
         _LOGGER.warning("Withdrawing the zeroconf advert failed: %r", err)
 

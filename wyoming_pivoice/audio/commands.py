@@ -14,6 +14,8 @@ import os
 import signal
 from typing import Any
 
+from ..realtime import timeout
+
 KILL_WAIT = 1.0  # after SIGKILL the kernel needs only a moment; never wait longer than this
 
 
@@ -50,11 +52,13 @@ async def _end(proc: asyncio.subprocess.Process, grace: float) -> int | None:
     if proc.returncode is None and grace > 0:
         signal_group(proc, signal.SIGTERM)
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(proc.wait(), grace)
+            async with timeout(grace):
+                await proc.wait()
     signal_group(proc, signal.SIGKILL)  # the leader if it is still there, and any stragglers
     if proc.returncode is None:
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(proc.wait(), KILL_WAIT)
+            async with timeout(KILL_WAIT):
+                await proc.wait()
     # Close the transport now: left to the garbage collector after the event loop has
     # closed, it prints "Event loop is closed" tracebacks.
     transport = getattr(proc, "_transport", None)
@@ -78,5 +82,6 @@ def _drop_pipes(proc: asyncio.subprocess.Process) -> None:
 async def wait_command(proc: asyncio.subprocess.Process, seconds: float) -> int | None:
     """Give the command `seconds` to exit by itself, then end its group."""
     with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(proc.wait(), max(seconds, 0.0))
+        async with timeout(max(seconds, 0.0)):
+            await proc.wait()
     return await end_command(proc)

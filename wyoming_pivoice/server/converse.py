@@ -19,6 +19,7 @@ from typing import Any
 from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop
 
 from .. import compute_log
+from ..realtime import timeout
 from ..wire.errors import ErrorCode
 from . import follow
 from .connection import Queue, Write
@@ -134,7 +135,8 @@ async def _until(pieces: AsyncIterable[str], deadline: float) -> AsyncIterator[s
         try:
             if left <= 0:
                 raise asyncio.TimeoutError
-            piece = await asyncio.wait_for(anext(items), left)
+            async with timeout(left):
+                piece = await anext(items)
         except StopAsyncIteration:
             return
         except asyncio.TimeoutError:

@@ -70,6 +70,7 @@ from wyoming.event import Event
 from wyoming.handle import Handled, HandledChunk
 
 from ..audio.pcm import StreamingConverter, check_format
+from ..realtime import timeout
 from ..wire.follow import (  # noqa: F401  (the names handler.py and the tests read here)
     FOLLOW,
     HEARD,
@@ -328,7 +329,8 @@ class FollowHub:
         for turn in list(self._speaking.values()):
             if turn.reply is not None and words(turn.reply) == said:
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(turn.spoken.wait(), TTS_HOLD_S)
+                    async with timeout(TTS_HOLD_S):
+                        await turn.spoken.wait()
                 return
 
     # ---- speculation -----------------------------------------------------------------------

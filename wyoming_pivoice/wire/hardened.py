@@ -27,6 +27,7 @@ from wyoming.error import Error
 from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.server import AsyncEventHandler
 
+from ..realtime import timeout
 from .errors import Closing, ErrorCode
 from .framing import BoundedReader
 
@@ -186,7 +187,8 @@ class HardenedConnection(AsyncEventHandler):
         Without the bound, `drain()` waits forever on a peer that stopped reading.
         """
         try:
-            await asyncio.wait_for(async_write_event(event, self.writer), self.write_timeout)
+            async with timeout(self.write_timeout):
+                await async_write_event(event, self.writer)
         except asyncio.TimeoutError:
             _LOGGER.warning(
                 "%s read nothing for %.0f s, dropping it", self.peer, self.write_timeout
@@ -216,4 +218,5 @@ class HardenedConnection(AsyncEventHandler):
 
         with contextlib.suppress(Exception):
             self.writer.write_eof()
-            await asyncio.wait_for(discard(), seconds)
+            async with timeout(seconds):
+                await discard()

@@ -47,6 +47,7 @@ from ... import startup
 from ...audio.format import CHANNELS, CHUNK_BYTES, RATE, WIDTH
 from ...audio.pacing import AUDIO_NICE, AUDIO_RT_PRIORITY, raise_thread
 from ...audio.pcm import AudioFormatError, check_format
+from ...realtime import timeout
 from ...timing import TimingLog, TurnClock
 from ...wire.errors import ErrorCode
 from ...zeroconf import Advertiser, default_name
@@ -230,7 +231,8 @@ class HaSatellite:
             steps.insert(0, ("server", self._server.stop()))
         for name, step in steps:
             try:
-                await asyncio.wait_for(step, SHUTDOWN_STEP * 2)
+                async with timeout(SHUTDOWN_STEP * 2):
+                    await step
             except Exception as err:
                 _LOGGER.warning("Stopping the %s failed: %r", name, err)
         self.endpointer.close()

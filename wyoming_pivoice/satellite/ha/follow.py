@@ -30,7 +30,7 @@ from wyoming.event import Event
 from wyoming.handle import Handled, HandledChunk
 from wyoming.ping import Ping
 
-from ...realtime import Backoff
+from ...realtime import Backoff, timeout
 from ...text import PhraseSplitter
 from ...timing import TurnClock
 from ...wire.follow import (
@@ -196,10 +196,12 @@ class Follow:
     async def _write_loop(self, client: AsyncClient) -> None:
         while True:
             try:
-                event = await asyncio.wait_for(self._outbox.get(), KEEPALIVE_S)
+                async with timeout(KEEPALIVE_S):
+                    event = await self._outbox.get()
             except asyncio.TimeoutError:
                 event = Ping().event()
-            await asyncio.wait_for(client.write_event(event), 5.0)
+            async with timeout(5.0):
+                await client.write_event(event)
 
     def _received(self, event: Event) -> None:
         if event.type == REPLY_START and event.data.get("held"):
