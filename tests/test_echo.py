@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import wave
+from collections.abc import Callable
 from itertools import pairwise
 
 import numpy as np
@@ -52,10 +53,16 @@ def user(tmp_path_factory):
 
 
 def _run(
-    reply, acoustics: RoomAcoustics, user: np.ndarray | None = None, ref_late_ms=0.0, linear=False
+    reply,
+    acoustics: RoomAcoustics,
+    user: np.ndarray | None = None,
+    ref_late_ms=0.0,
+    linear=False,
+    each: Callable[[float, EchoCanceller], None] | None = None,
 ):
-    """Play `reply` from t=0.5 s through the room; the mic is read every 32 ms. Returns
-    (mic in, mic out, the sample where the reply starts, where it ends)."""
+    """Play `reply` from t=0.5 s through the room; the mic is read every 32 ms, and `each`
+    is given the time and the canceller after every chunk. Returns (mic in, mic out, the
+    sample where the reply starts, where it ends, the canceller)."""
     pcm, rate = reply
     fmt = AudioFormat(rate, 2, 1)
     canceller = EchoCanceller(EchoSettings(linear_barge_in=linear))
@@ -79,6 +86,8 @@ def _run(
         # Read when the chunk's last sample has been captured.
         processed = canceller.process(pcm16, (n + 1) * CHUNK_SECONDS)
         out.append(np.frombuffer(processed, dtype="<i2").astype(np.float32) / 32768)
+        if each is not None:
+            each(n * CHUNK_SECONDS, canceller)
     heard = mic[: len(out) * CHUNK_SAMPLES]
     return heard, np.concatenate(out), start, start + len(played16), canceller
 
@@ -680,26 +689,19 @@ def test_over_a_reply_the_evidence_says_whether_the_output_is_the_echo(reply):
     """The canceller finds the echo's delay while the reply plays (echomatch.py) and, where
     the VAD heard something, matches its output against the reference there: a settled
     AEC3's output is not the echo; the microphone's own sound, uncancelled, is."""
-    pcm, rate = reply
-    fmt = AudioFormat(rate, 2, 1)
-    acoustics = RoomAcoustics(echo_db=-6, delay_ms=120, tail_ms=60)
-    played = StreamingConverter(fmt, RATE).convert(pcm)
-    start = RATE // 2
-    speaker = np.zeros(start + len(played), dtype=np.float32)
-    speaker[start:] = played
-    mic = EchoPath(acoustics).process(speaker) + NoiseFloor(-60, 1).block(len(speaker))
-    canceller = EchoCanceller(EchoSettings())
-    piece = int(rate * 0.02) * 2
-    for i, offset in enumerate(range(0, len(pcm), piece)):
-        canceller.reference(pcm[offset : offset + piece], fmt, 0.5 + i * 0.02)
     quiet, loud = [], []
-    for n in range(len(mic) // CHUNK_SAMPLES):
-        chunk = np.clip(mic[n * CHUNK_SAMPLES : (n + 1) * CHUNK_SAMPLES], -1, 1) * 32767
-        canceller.process(chunk.astype("<i2").tobytes(), (n + 1) * CHUNK_SECONDS)
-        if n * CHUNK_SECONDS < 3.0:
-            continue
-        quiet.append(canceller.evidence(0.05).echo_match)
-        loud.append(canceller.evidence(0.9).echo_match)
+
+    def weigh(now: float, canceller: EchoCanceller) -> None:
+        if now >= 3.0 and now + CHUNK_SECONDS <= ends:  # the reply from its 3rd second on
+            quiet.append(canceller.evidence(0.05).echo_match)
+            loud.append(canceller.evidence(0.9).echo_match)
+
+    pcm, rate = reply
+    played = StreamingConverter(AudioFormat(rate, 2, 1), RATE).convert(pcm)
+    start = RATE // 2
+    ends = (start + len(played)) / RATE
+    acoustics = RoomAcoustics(echo_db=-6, delay_ms=120, tail_ms=60)
+    mic, _, _, _, canceller = _run(reply, acoustics, each=weigh)
     assert canceller.echo_delay_ms == pytest.approx(120, abs=2)
     assert all(m is None for m in quiet)  # nothing the VAD heard: nothing weighed
     matched = [m for m in loud if m is not None]
@@ -708,7 +710,7 @@ def test_over_a_reply_the_evidence_says_whether_the_output_is_the_echo(reply):
     lapse = EchoMatch()
     ref16 = np.concatenate([np.zeros(start), played])
     whole = []
-    for i in range(0, len(mic) - 160 + 1, 160):
+    for i in range(0, start + len(played) - 160 + 1, 160):
         lapse.frame(mic[i : i + 160], ref16[i : i + 160], mic[i : i + 160], True)
         if i >= 3 * RATE and (i // 160) % 10 == 0:
             whole.append(lapse.match())

@@ -32,7 +32,7 @@ from wyoming.audio import AudioFormat
 
 from ..satellite.protocols import Hearing
 from ..satellite.settings import EchoSettings
-from ..satellite.turn_policy import NO_COUPLING_DB, Evidence
+from ..satellite.turn_policy import NO_COUPLING_DB, Evidence, TurnPolicy
 from .aec3 import Aec3
 from .echomatch import EchoMatch
 from .format import RATE
@@ -97,8 +97,8 @@ FALL_DB_PER_FRAME = 3.0
 FALL_PER_FRAME = 10 ** (-FALL_DB_PER_FRAME / 10)
 VOICE_PROBABILITY = 0.5  # a chunk the VAD scores this high may hold the user's voice
 # A chunk over a reply is matched against the echo (echomatch.py) from this VAD probability
-# on: the lowest any rule of turn_policy.decide counts (TurnPolicy.plain_threshold).
-MATCH_FROM = 0.1
+# on: the lowest any rule of turn_policy.decide counts.
+MATCH_FROM = TurnPolicy.plain_threshold
 # The linear filter beside AEC3 (mdf.py, for barge-in): its length must span the echo
 # path's delay (the rooms: 20-250 ms, plus the device's buffer) and the loud part of the
 # room's tail.
