@@ -87,6 +87,12 @@ TRIAL_WINDOWS = 4
 # while its own filter had not converged, and it passed the reply's last echo whole when its
 # reference fell silent (live, session 22: −21 dBFS where the kept one left −62).
 TRIAL_MARGIN = 2.0  # 3 dB
+# …and in a frame where the filter heard leaves this much more than the other, the other is
+# heard: a leak is one filter's own. Live (load 8.9, session 24) the fresh one, heard, passed
+# the echo at −23…−33 dBFS for two chunks after a barge-in; Silero said 0.76-0.93 on it while
+# the policy weighed the kept one's lower level, and the two together made a self barge-in.
+# A voice is in both outputs at about one level, so it does not switch them.
+TRIAL_LEAK = 10.0  # 10 dB
 # The expected residual falls no faster than this: it stepped down 25-31 dB in one frame
 # when a reply's first 0.5 s were over or the ERLE estimate moved (no cancelling counted,
 # then all of it), while AEC3 leaked as before — live, a leak then stood 19-23 dB over it
@@ -529,6 +535,7 @@ class EchoCanceller:
         self._chunk_residual = 0.0  # mean-square energy of the last chunk's output
         # …and, in a barge-in's trial, the live and fresh filters' own (None: no trial)
         self._chunk_trial: tuple[float, float] | None = None
+        self._leak_frames = 0  # frames of the last chunk where the other filter was heard
         self._chunk_expected = 0.0  # …and what the echo alone would have left of it
         self._chunk_mic = 0.0  # …and the microphone's, before cancelling
         self._chunk_ref = 0.0  # …and the reference's placed at it (the echo comes later)
@@ -648,7 +655,8 @@ class EchoCanceller:
         audible: bool,
     ) -> tuple[np.ndarray, float, float]:  # fmt: skip
         """The fresh filter on the same frame, given the live one's output and its energy;
-        returns the output to hear, its energy, and the fresh filter's energy. (Its linear
+        returns the output to hear (the one the trial favours, or in a frame where one leaks
+        TRIAL_LEAK more, the other), its energy, and the fresh filter's energy. (Its linear
         output is not heard until it is the live one: the trial judges the outputs, not
         that.)"""
         second = self._second
@@ -662,7 +670,12 @@ class EchoCanceller:
             self._trial_frames += 1
             if self._trial_frames >= TRIAL_WINDOW_FRAMES:
                 self._end_trial_window()
-        if self._use_second:
+        heard_fresh = self._use_second
+        if max(energy, live_energy) > TRIAL_LEAK * min(energy, live_energy):
+            if heard_fresh != (energy < live_energy):
+                self._leak_frames += 1
+            heard_fresh = energy < live_energy
+        if heard_fresh:
             return out, energy, energy
         return live_out, live_energy, energy
 
@@ -734,6 +747,7 @@ class EchoCanceller:
         residual = expected = linear = linear_expected = heard = played = 0.0
         live_trial = second_trial = 0.0
         frames = 0
+        self._leak_frames = 0
         dumped: list[np.ndarray] = []
         while len(pending) - used >= FRAME:
             ref = self._reference_frame(self._capture_index)
@@ -892,7 +906,9 @@ class EchoCanceller:
         if self._chunk_trial is None:
             return None
         live, fresh = (round(_db(e), 1) for e in self._chunk_trial)
-        return f"kept {live} dB, fresh {fresh} dB, heard {'fresh' if self._use_second else 'kept'}"
+        heard = "fresh" if self._use_second else "kept"
+        leaks = f" ({self._leak_frames} frames the other: a leak)" if self._leak_frames else ""
+        return f"kept {live} dB, fresh {fresh} dB, heard {heard}{leaks}"
 
     def _echo_possible(self) -> bool:
         index = self._capture_index
