@@ -15,6 +15,7 @@ from ..exports import lazy_exports, names
 _EXPORTS = {
     ".core": ("Act", "FastBargeIn", "LinearScore", "UtteranceAudio"),
     ".echo": ("EchoCanceller", "load_apm", "tune_linear"),
+    ".echomatch": ("normalised_xcorr",),
     ".format": ("CHUNK_BYTES", "CHUNK_SAMPLES", "CHUNK_SECONDS"),
     ".pacing": ("AUDIO_RT_PRIORITY", "Pacer"),
     ".pcm": ("StreamingConverter", "float_to_pcm16"),
@@ -23,6 +24,7 @@ _EXPORTS = {
 if TYPE_CHECKING:  # the same names, for the type checker (tests/test_layout.py: they agree)
     from .core import Act, FastBargeIn, LinearScore, UtteranceAudio
     from .echo import EchoCanceller, load_apm, tune_linear
+    from .echomatch import normalised_xcorr
     from .format import CHUNK_BYTES, CHUNK_SAMPLES, CHUNK_SECONDS
     from .pacing import AUDIO_RT_PRIORITY, Pacer
     from .pcm import StreamingConverter, float_to_pcm16

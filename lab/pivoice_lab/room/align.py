@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from wyoming_pivoice.audio import normalised_xcorr
+
 from .acoustics import RATE
 
 SILENT_RMS = 1e-3  # a window quieter than −60 dBFS places nothing
@@ -51,12 +53,9 @@ def shift(
     b = truth[lo : offset + window + search].astype(np.float64)
     if np.sqrt(np.mean(a * a)) < SILENT_RMS:
         return None
-    size = 1 << int(np.ceil(np.log2(len(b) + window)))
-    spectrum = np.fft.rfft(b, size) * np.conj(np.fft.rfft(a, size))
-    corr = np.fft.irfft(spectrum, size)[: 2 * search + 1]
-    k = int(np.argmax(corr))
-    norm = np.sqrt(np.sum(a * a) * np.sum(b[k : k + window] ** 2))
-    if norm <= 0 or corr[k] / norm < 0.8:
+    match = normalised_xcorr(a, b)  # 2 * search + 1 lags
+    k = int(np.argmax(match))
+    if match[k] < 0.8:
         return None
     return k - search
 
