@@ -227,7 +227,7 @@ def test_no_wait_is_bounded_by_wait_for() -> None:
     """Python 3.11 (Raspberry Pi OS bookworm) is supported, where `asyncio.wait_for` can
     return a result and swallow the cancel that came with it: a barge-in's cancelled run
     then played on (CI, session 24). Bounds are `realtime.timeout`; a wyoming client bounds
-    its reads with wait_for, so each is made with `read_timeout=None` and bounded by us."""
+    its connect and reads with wait_for, so each is made with no timeouts and bounded by us."""
     found = []
     for name, path in modules(RUNTIME).items():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -235,8 +235,11 @@ def test_no_wait_is_bounded_by_wait_for() -> None:
                 continue
             call = ast.unparse(node.func)
             timeouts = {k.arg: ast.unparse(k.value) for k in node.keywords}
+            client_waits = any(
+                timeouts.get(k) != "None" for k in ("connect_timeout", "read_timeout")
+            )
             if call == "asyncio.wait_for" or (
-                call.endswith("AsyncClient.from_uri") and timeouts.get("read_timeout") != "None"
+                call.endswith("AsyncClient.from_uri") and client_waits
             ):
                 found.append(f"{name}:{node.lineno} {call}")
     assert not found

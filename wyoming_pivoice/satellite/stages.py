@@ -38,6 +38,7 @@ from .protocols import AudioPiece
 _LOGGER = logging.getLogger(__name__)
 
 ASR_CHUNK_BYTES = 32000  # 1 s of 16 kHz mono s16le per audio-chunk event
+CONNECT_TIMEOUT = 5.0  # s, for one attempt to reach the server
 
 
 class ServerError(RuntimeError):
@@ -72,12 +73,13 @@ class ServerLink:
     async def _connect(self) -> AsyncClient:
         deadline = time.monotonic() + self.retry_seconds
         while True:
-            # No read timeout in the client: it would wait with `asyncio.wait_for`, which on
+            # No timeouts in the client: it would wait with `asyncio.wait_for`, which on
             # Python 3.11 (Raspberry Pi OS bookworm) swallows a cancellation that comes as
-            # an event arrives; the Connection bounds each read itself.
-            client = AsyncClient.from_uri(self.uri, connect_timeout=5.0, read_timeout=None)
+            # the wait ends; the connect is bounded here, each read by the Connection.
+            client = AsyncClient.from_uri(self.uri, connect_timeout=None, read_timeout=None)
             try:
-                await client.connect()
+                async with timeout(CONNECT_TIMEOUT):
+                    await client.connect()
             except (OSError, asyncio.TimeoutError) as err:
                 if self._down_since is None:
                     self._down_since = time.monotonic()

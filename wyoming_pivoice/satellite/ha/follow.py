@@ -168,9 +168,11 @@ class Follow:
         """Keep the follow connection up (reconnecting with backoff) until cancelled."""
         backoff = Backoff(first=1.0, maximum=30.0)
         while True:
-            client = AsyncClient.from_uri(self.uri, connect_timeout=5.0, read_timeout=None)
+            # The client's own timeouts wait with wait_for (tests/test_layout.py says why not).
+            client = AsyncClient.from_uri(self.uri, connect_timeout=None, read_timeout=None)
             try:
-                await client.connect()
+                async with timeout(5.0):
+                    await client.connect()
                 await client.write_event(Event(FOLLOW, {"satellite_id": self.satellite_id}))
                 _LOGGER.info("Following our turns on %s as %s", self.uri, self.satellite_id)
                 self.connected = True
