@@ -23,7 +23,7 @@ from wyoming_pivoice.satellite.stages import (
     StreamingResponder,
     _Conversation,
 )
-from wyoming_pivoice.satellite.standalone.pipeline import Player, Stages, Turns
+from wyoming_pivoice.satellite.standalone.pipeline import Player, Stages, TurnRun, Turns
 from wyoming_pivoice.satellite.turns import Playback, TurnTimer
 from wyoming_pivoice.timing import TimingLog, TurnClock
 
@@ -173,3 +173,31 @@ async def test_a_void_speculation_and_its_whole_turn_share_one_turn_id(tmp_path:
         {"text": "remind me to buy milk", "conversation_id": "kitchen", "turn_id": "run7-1"},
         {"text": "thanks", "conversation_id": "kitchen", "turn_id": "run7-2"},
     ]
+
+
+class DeafToOneCancel:
+    """An ASR stage whose wait swallows the first cancel, as 3.11's wait_for did when the
+    cancel met an arriving event."""
+
+    def __init__(self) -> None:
+        self.cancels = 0
+        self.waiting = asyncio.Event()
+
+    async def transcribe(self, audio: bytes, clock: TurnClock) -> str:
+        while True:
+            try:
+                self.waiting.set()
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancels += 1
+                if self.cancels > 1:
+                    raise
+
+
+async def test_a_run_whose_stage_swallowed_the_cancel_is_cancelled_again() -> None:
+    asr = DeafToOneCancel()
+    stages = Stages(asr, lambda: RecordingResponder([]), DrainTts(), 24)  # type: ignore[arg-type]
+    run = TurnRun(TurnClock(1), b"remind me", stages)
+    await asr.waiting.wait()
+    await run.cancel()
+    assert run.task.cancelled() and asr.cancels == 2

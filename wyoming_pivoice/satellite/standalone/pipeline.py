@@ -62,6 +62,9 @@ _LOGGER = logging.getLogger(__name__)
 # tasks to end: the next turn must not wait on them (CI, session 12: a barge-in's
 # `interrupt` never returned, and the next question was never heard).
 INTERRUPT_WAIT = 3.0
+# …and cancels the run again this often meanwhile: a library's wait may swallow a cancel
+# (3.11's wait_for did, where it met an arriving chunk; stages.py bounds its own waits now).
+RECANCEL_EVERY = 0.25
 
 
 @dataclass
@@ -151,11 +154,17 @@ class TurnRun:
 
     async def cancel(self) -> None:
         """Abandon the run: its tasks stop and its connections close (the server drops the work).
-        Bounded: a run that does not end within INTERRUPT_WAIT is left to end on its own."""
-        self.task.cancel()
-        done, _ = await asyncio.wait({self.task}, timeout=INTERRUPT_WAIT)
-        if not done:
-            _LOGGER.warning("Turn %d's run did not end when cancelled: left", self.clock.turn)
+        Bounded: a run that does not end within INTERRUPT_WAIT, cancelled again every
+        RECANCEL_EVERY, is left to end on its own."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + INTERRUPT_WAIT
+        while not self.task.done():
+            left = deadline - loop.time()
+            if left <= 0:
+                _LOGGER.warning("Turn %d's run did not end when cancelled: left", self.clock.turn)
+                return
+            self.task.cancel()
+            await asyncio.wait({self.task}, timeout=min(RECANCEL_EVERY, left))
 
 
 # ---- events → turns -----------------------------------------------------------------------
