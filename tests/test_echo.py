@@ -445,6 +445,32 @@ def test_a_new_canceller_is_not_counted_on_before_it_has_heard_its_first_seconds
     _falls_in_a_tenth_of_a_second(estimate, loud)
 
 
+def test_a_reply_s_first_moments_are_counted_where_its_echo_arrives():
+    """With a 420 ms echo, a 0.5 s onset counted from the reply's first sound ended 80 ms
+    after the echo came; AEC3 then left it 10-14 dB over what the ERLE promised (bench,
+    the 400 ms room at load 4, session 25). A short delay leaves the 0.5 s as it was."""
+    from wyoming_pivoice.audio.echo import (
+        CONVERGE_FRAMES,
+        ECHO_ONSET_FRAMES,
+        ONSET_QUIET_FRAMES,
+        EchoEstimate,
+    )
+
+    loud = 1e-2
+    for delay, onset in ((0, ONSET_FRAMES), (15, ONSET_FRAMES), (42, 42 + ECHO_ONSET_FRAMES)):
+        estimate = EchoEstimate()
+        estimate.echo_delay_frames = delay
+        for _ in range(CONVERGE_FRAMES):  # a reply heard: coupling −6 dB, 30 dB cancelled
+            estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
+        for _ in range(ONSET_QUIET_FRAMES):
+            estimate.frame(0.0, 1e-7, 1e-7, audible=False, echo=False)
+        settled = []
+        for _ in range(ONSET_FRAMES + 50):  # the next reply
+            estimate.frame(loud, loud / 4, loud / 4 / 1000, audible=True, echo=True)
+            settled.append(estimate.settled)
+        assert settled.index(True) == onset - 1, delay
+
+
 def test_replies_shorter_than_the_echo_delay_keep_the_room_coupled():
     """A 0.3 s reply whose echo arrives 310 ms late (a 250 ms room, the speaker's buffer): its
     echo lands after the reference fell silent. Measured only while the reference sounded,
@@ -705,6 +731,7 @@ def test_over_a_reply_the_evidence_says_whether_the_output_is_the_echo(reply):
     acoustics = RoomAcoustics(echo_db=-6, delay_ms=120, tail_ms=60)
     mic, _, _, _, canceller = _run(reply, acoustics, each=weigh)
     assert canceller.echo_delay_ms == pytest.approx(120, abs=2)
+    assert canceller.estimate.echo_delay_frames == 12  # a reply's onset counted there
     assert all(m is None for m in quiet)  # nothing the VAD heard: nothing weighed
     matched = [m for m in loud if m is not None]
     assert len(matched) == len(loud) and np.median(matched) < 0.3

@@ -72,6 +72,12 @@ USER_IN_WINDOW_DB = 3.0
 MAX_ERLE_DB = 40.0
 ONSET_QUIET_FRAMES = 100  # a reference silent this long (1 s) and sounding again: a reply starts
 ONSET_FRAMES = 50  # its first 0.5 s
+# …and at least this long after its echo reaches the microphone (a delay echomatch.py finds):
+# with a 418 ms echo the 0.5 s ended 80 ms into the echo, where AEC3 left it 10-14 dB over
+# what the ERLE promised and Silero said 0.8 (a self barge-in, load 4, session 25). Not the
+# whole 0.5 s from there: offline, users 0.7 s into a reply in the 150/250 ms rooms were then
+# decided within 300 ms 12/30 times against 28/30 (rooms up to 250 ms are unchanged by this).
+ECHO_ONSET_FRAMES = 25
 # A new AEC3 converges over its first second or two of echo; what the estimate's first
 # windows measure of it is not yet what it does (offline, a reply's first second: ERLE
 # estimated ~35 dB while it left residual bursts 10-19 dB over that, Silero 0.35-0.54).
@@ -302,6 +308,9 @@ class EchoEstimate:
         self._recent: deque[float] = deque(maxlen=RECENT_FRAMES)  # reference frame energies
         self._silent_frames = ONSET_QUIET_FRAMES  # reference frames in a row without sound
         self._since_onset = 0  # audible frames since a reply's first sound
+        # The echo's delay behind the reference (echomatch.py), in frames: a reply's first
+        # moments are counted where its echo reaches the microphone.
+        self.echo_delay_frames = 0
         self._audible = 0  # audible frames since the canceller started (or forget_erle)
         self._held = 0.0  # the expected residual, falling at FALL_DB_PER_FRAME at most
 
@@ -379,8 +388,10 @@ class EchoEstimate:
     @property
     def settled(self) -> bool:
         """What the canceller achieves is counted on (see _expected_now): not in a reply's
-        first moments, nor in the first CONVERGE_FRAMES of echo after a start (or forget_erle)."""
-        return self._since_onset >= self.onset_frames and self._audible >= self.converge_frames
+        first moments, nor in the first CONVERGE_FRAMES of echo after a start (or forget_erle).
+        Over a long echo delay they last until ECHO_ONSET_FRAMES after the echo arrives."""
+        onset = max(self.onset_frames, self.echo_delay_frames + ECHO_ONSET_FRAMES)
+        return self._since_onset >= onset and self._audible >= self.converge_frames
 
     @property
     def between_replies(self) -> bool:
@@ -804,6 +815,8 @@ class EchoCanceller:
             chosen = out if use_out else near
             outputs.append(chosen)
             self._match.frame(near, ref, chosen, audible)
+            if self._match.delay is not None:
+                self.estimate.echo_delay_frames = self._match.delay // FRAME
             # What the turn policy weighs. In a barge-in's trial a voice is in the microphone
             # and so in both filters' outputs; a leak is one filter's own: the unconverged
             # fresh one, heard after a window it won at the floor, passed a reply's last
