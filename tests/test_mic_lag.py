@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pivoice_lab.ports import free_port
+from pivoice_lab.ports import refused_port
 from pivoice_lab.room.acoustics import RoomAcoustics
 from pivoice_lab.room.session import run_satellite_in_room
 from pivoice_lab.room.simulator import Room, Say
@@ -46,11 +46,11 @@ async def test_the_mic_catches_up_after_the_process_was_stopped(tmp_path: Path) 
         finally:
             os.kill(proc.pid, signal.SIGCONT)
 
-    unreachable = f"tcp://127.0.0.1:{free_port()}"
-    run = await run_satellite_in_room(
-        unreachable, [say], QUIET_ROOM, tmp_path, "--server-retry-s", "0.2",
-        quiet_s=3.0, limit_s=40, during=stall,
-    )  # fmt: skip
+    with refused_port() as port:
+        run = await run_satellite_in_room(
+            f"tcp://127.0.0.1:{port}", [say], QUIET_ROOM, tmp_path, "--server-retry-s", "0.2",
+            quiet_s=3.0, limit_s=40, during=stall,
+        )  # fmt: skip
     assert stopped, run.log[-3000:]
     assert say.onset is not None
     turns = [t for t in run.turns if t["stamps"].get("endpoint_heard")]

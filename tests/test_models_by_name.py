@@ -4,8 +4,12 @@ huggingface_hub client; download, resume, checksum, offline and fallback."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +19,7 @@ from wyoming.event import Event
 from wyoming.info import Describe
 from wyoming.tts import Synthesize
 
-from pivoice_lab.ports import free_port
+from pivoice_lab.ports import free_port, refused_port
 from wyoming_pivoice import catalogue, models
 from wyoming_pivoice.engines.tts import PiperTts, TtsSettings
 from wyoming_pivoice.models import ModelDownloadError, ModelStore
@@ -69,6 +73,15 @@ def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
 
 
 @pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """HF_ENDPOINT on a loopback port that refuses connections for the whole test."""
+    with refused_port() as port:
+        endpoint = f"http://127.0.0.1:{port}"
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+        yield endpoint
+
+
+@pytest.fixture
 def store(tmp_path: Path) -> ModelStore:
     return ModelStore(data_dir=str(tmp_path / "data"))
 
@@ -118,8 +131,7 @@ def test_a_checksum_mismatch_is_refused_and_nothing_is_kept(
     assert models.resolve_llm("qwen2.5-0.5b-instruct-q4_k_m", store).is_file()
 
 
-def test_offline_is_one_line_and_quick(monkeypatch: pytest.MonkeyPatch, store: ModelStore) -> None:
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nobody listens
+def test_offline_is_one_line_and_quick(offline: str, store: ModelStore) -> None:
     start = time.monotonic()
     with pytest.raises(ModelDownloadError) as caught:
         models.resolve_llm("qwen2.5-1.5b-instruct-q4_k_m", store)
@@ -130,9 +142,8 @@ def test_offline_is_one_line_and_quick(monkeypatch: pytest.MonkeyPatch, store: M
 
 
 def test_offline_falls_back_to_the_embedded_model_when_asked(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    offline: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     store = ModelStore(data_dir=str(tmp_path), fallback_embedded=True)
     assert models.resolve_llm("qwen2.5-1.5b-instruct-q4_k_m", store) == embedded_llm()
     assert models.resolve_voice("zh_CN-huayan-medium", [], store) == embedded_voice()
@@ -202,9 +213,8 @@ async def test_the_server_started_with_names_downloads_them_and_serves(
 
 @pytest.mark.slow
 async def test_the_server_offline_serves_the_embedded_models_when_asked(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    offline: str, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     names = ("--llm-model", "qwen2.5-1.5b-instruct-q4_k_m", "--voice", "zh_CN-huayan-medium")
     log = tmp_path / "server.log"
     with server_process(
@@ -216,17 +226,16 @@ async def test_the_server_offline_serves_the_embedded_models_when_asked(
         spoken = await exchange(port, [Synthesize(text="Hello there.").event()], "audio-stop")
         assert sum(len(e.payload or b"") for e in spoken if e.type == "audio-chunk") > 10_000
     text = log.read_text()
-    assert "unreachable (offline?)" in text and "the embedded voice model serves" in text
-    assert "Traceback" not in text
+    assert "unreachable (offline?)" in text and "the embedded voice model serves" in text, text
+    assert "Traceback" not in text, text
 
 
 @pytest.mark.slow
 def test_the_server_offline_without_fallback_stops_with_one_line(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    offline: str, tmp_path: Path
 ) -> None:
     """A voice by name that cannot be downloaded stops the start (exit 1) with one line that
     says why and what to do, as every model that fails to load (server/app.py)."""
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     result = subprocess.run(
         [sys.executable, "-m", "wyoming_pivoice", "server", "--no-zeroconf",
          "--uri", f"tcp://127.0.0.1:{free_port()}", "--llm-lazy",
@@ -238,3 +247,52 @@ def test_the_server_offline_without_fallback_stops_with_one_line(
     [line] = [line for line in out.splitlines() if " ERROR " in line]
     assert "zh_CN-huayan-medium" in line and "unreachable (offline?)" in line, line
     assert "Ready" not in out
+
+
+@contextlib.contextmanager
+def not_a_hub() -> Iterator[str]:
+    """A loopback endpoint that accepts a connection and closes it unanswered (a proxy, a
+    captive portal or another server on the port): the exchange breaks, nothing refuses it."""
+
+    class Hangup(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(4096)
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Hangup) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+
+
+def test_an_endpoint_that_is_no_hub_is_one_line_and_falls_back(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with not_a_hub() as endpoint:
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+        with pytest.raises(ModelDownloadError) as caught:
+            models.resolve_llm("qwen2.5-1.5b-instruct-q4_k_m", ModelStore(str(tmp_path / "a")))
+        message = str(caught.value)
+        assert "\n" not in message and f"{endpoint} did not answer as a model hub" in message
+        store = ModelStore(data_dir=str(tmp_path / "b"), fallback_embedded=True)
+        assert models.resolve_voice("zh_CN-huayan-medium", [], store) == embedded_voice()
+    assert "the embedded voice model serves" in caplog.text
+
+
+@pytest.mark.slow
+def test_a_server_whose_models_all_fail_stops_with_one_line(tmp_path: Path) -> None:
+    """The voice and the LLM both fail (the start stops at the first): one line, exit 1, and
+    no traceback for the failure nobody waited for."""
+    with not_a_hub() as endpoint:
+        env = pivoice_env({**os.environ, "HF_ENDPOINT": endpoint})
+        result = subprocess.run(
+            [sys.executable, "-m", "wyoming_pivoice", "server", "--no-zeroconf",
+             "--uri", f"tcp://127.0.0.1:{free_port()}", "--voice", "zh_CN-huayan-medium",
+             "--llm-model", "qwen2.5-1.5b-instruct-q4_k_m", "--data-dir", str(tmp_path)],
+            capture_output=True, text=True, timeout=300, env=env,
+        )  # fmt: skip
+    out = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in out, out
+    [line] = [line for line in out.splitlines() if " ERROR " in line]
+    assert "did not answer as a model hub" in line, line

@@ -21,6 +21,7 @@ from wyoming.event import Event
 from wyoming.info import Describe
 
 from pivoice_lab.bench import remote as bench_remote
+from pivoice_lab.ports import refused_port
 from wyoming_pivoice.doctor.base import Status
 from wyoming_pivoice.doctor.remote import check_remote_llm
 from wyoming_pivoice.engines.remote_llm import RemoteLlmSettings
@@ -31,7 +32,6 @@ from wyoming_pivoice.settings import ServerSettings
 from wyoming_pivoice.timing import TurnClock
 
 from .helpers import (
-    free_port,
     in_process_server,
     read_until,
     server_process,
@@ -192,8 +192,9 @@ async def test_doctor_checks_the_remote_engine(running: LlamaServer) -> None:
     wrong = await asyncio.to_thread(check_remote_llm, replace(settings, model="llama-70b"))
     assert wrong.status is Status.FAIL and "does not list the model 'llama-70b'" in wrong.message
 
-    nobody = RemoteLlmSettings(url=f"http://127.0.0.1:{free_port()}/v1")
-    down = await asyncio.to_thread(check_remote_llm, nobody)
+    with refused_port() as port:
+        nobody = RemoteLlmSettings(url=f"http://127.0.0.1:{port}/v1")
+        down = await asyncio.to_thread(check_remote_llm, nobody)
     assert down.status is Status.FAIL and "unreachable" in down.message
 
 

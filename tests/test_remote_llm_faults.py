@@ -18,13 +18,14 @@ import pytest_asyncio
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 
+from pivoice_lab.ports import refused_port
 from wyoming_pivoice.engines.llm import LlmSettings
 from wyoming_pivoice.engines.remote_llm import RemoteChat, RemoteLlmError, RemoteLlmSettings
 from wyoming_pivoice.server.services import Services
 from wyoming_pivoice.settings import ServerSettings
 from wyoming_pivoice.wire.errors import ErrorCode
 
-from .helpers import free_port, in_process_server
+from .helpers import in_process_server
 from .http_stand_in import read_request
 
 TIMEOUT = 1.0  # --llm-timeout of these tests
@@ -147,9 +148,8 @@ async def test_each_fault_is_a_clear_error(stand_in: StandInEngine, reply: str, 
 
 
 async def test_nobody_listening_is_unreachable_at_once() -> None:
-    remote = chat(f"http://127.0.0.1:{free_port()}/v1")
-    with pytest.raises(RemoteLlmError, match="is unreachable"):
-        await reply_of(remote)
+    with refused_port() as port, pytest.raises(RemoteLlmError, match="is unreachable"):
+        await reply_of(chat(f"http://127.0.0.1:{port}/v1"))
 
 
 async def test_a_fault_answers_home_assistant_in_band_then_the_connection_goes_on(

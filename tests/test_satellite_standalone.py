@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pivoice_lab.ports import refused_port
+
 from .helpers import (
     ALSA_FILE_DEVICES,
     REPO,
@@ -199,19 +201,11 @@ def test_sequential_pipeline(server_port: int, kitchen_wav: Path, tmp_path: Path
 
 def test_unreachable_server_is_reported_not_dropped(kitchen_wav: Path, tmp_path: Path) -> None:
     log = tmp_path / "timing.jsonl"
-    result = satellite(
-        free_port(),
-        "--mic-wav",
-        str(kitchen_wav),
-        "--mic-pace",
-        "none",
-        "--snd-device",
-        "null",
-        "--server-retry-s",
-        "1",
-        "--timing-log",
-        str(log),
-    )
+    with refused_port() as port:
+        result = satellite(
+            port, "--mic-wav", str(kitchen_wav), "--mic-pace", "none", "--snd-device", "null",
+            "--server-retry-s", "1", "--timing-log", str(log),
+        )  # fmt: skip
     (turn,) = turns(result, log)
     assert "unreachable" in turn["error"]
     assert turn["stamps"]["endpoint"] is not None and turn["stamps"]["first_played"] is None

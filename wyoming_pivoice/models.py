@@ -172,6 +172,7 @@ def hub_file(repo: str, filename: str, store: ModelStore, revision: str = "main"
     five times); we check the SHA-256 that the Hub states for the file (its ETag, for the
     large files stored in LFS): a file that does not match is deleted, never loaded.
     """
+    import httpx2
     import huggingface_hub
     from huggingface_hub import errors
 
@@ -209,7 +210,7 @@ def hub_file(repo: str, filename: str, store: ModelStore, revision: str = "main"
             f"cannot download {what}: {endpoint} is unreachable (offline?). Connect once, or "
             f"put the file in a folder and pass its path"
         ) from err
-    except (errors.HfHubHTTPError, OSError) as err:
+    except (errors.HfHubHTTPError, httpx2.HTTPError, OSError) as err:
         raise ModelDownloadError(f"cannot download {what} from {endpoint}: {_short(err)}") from err
     size = path.stat().st_size
     _LOGGER.info("Downloaded %s (%s) in %.1f s", what, _mb(size), time.monotonic() - start)
@@ -226,12 +227,16 @@ def _reachable(repo: str, filename: str, revision: str, endpoint: str, what: str
     url = huggingface_hub.hf_hub_url(repo, filename, revision=revision, endpoint=endpoint)
     try:
         huggingface_hub.get_hf_file_metadata(url, timeout=HEAD_TIMEOUT_S, endpoint=endpoint)
-    except (httpx2.ConnectError, httpx2.TimeoutException, errors.OfflineModeIsEnabled) as err:
-        why = (
-            "HF_HUB_OFFLINE is set"
-            if isinstance(err, errors.OfflineModeIsEnabled)
-            else (f"{endpoint} is unreachable (offline?)")
-        )
+    except (httpx2.TransportError, errors.OfflineModeIsEnabled) as err:
+        # Anything else on the port (a proxy, a captive portal, another server) breaks the
+        # exchange instead of refusing it: that is still a download that failed, so the
+        # embedded fallback applies and the user reads one line, never a traceback.
+        if isinstance(err, errors.OfflineModeIsEnabled):
+            why = "HF_HUB_OFFLINE is set"
+        elif isinstance(err, (httpx2.ConnectError, httpx2.TimeoutException)):
+            why = f"{endpoint} is unreachable (offline?)"
+        else:
+            why = f"{endpoint} did not answer as a model hub ({_short(err)})"
         raise ModelDownloadError(
             f"cannot download {what}: {why}. Connect once, or put the file in a folder and "
             "pass its path"

@@ -6,12 +6,22 @@ import contextlib
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses every connection while the block lasts: bound, never
+    listening. (A port free_port() named may be taken by anyone before the test connects.)"""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 def wait_for_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> None:

@@ -72,6 +72,9 @@ class ModelSlot(Generic[T]):
         if self._load_task is None:
             loop = asyncio.get_running_loop()
             self._load_task = loop.run_in_executor(None, self._timed_load)
+            # Every get() still raises a failed load; this only keeps asyncio from printing
+            # a traceback for a load nobody awaited (the start stops at the first failure).
+            self._load_task.add_done_callback(lambda f: f.cancelled() or f.exception())
         return self._load_task
 
     def _timed_load(self) -> T:
