@@ -68,9 +68,14 @@ class EchoMatch:
         self._filled = 0
         self._audible = 0  # audible frames since the last delay estimate
         self._lags: deque[int] = deque(maxlen=DELAY_KEPT)
+        # The echo's delay behind the reference in samples, the median of the last lags
+        # (kept here: it is read every frame, and changes only every DELAY_EVERY); None: not
+        # found yet.
+        self.delay: int | None = None
 
-    def frame(self, mic: np.ndarray, ref: np.ndarray, out: np.ndarray, audible: bool) -> None:
-        """One 10 ms frame (int16 or float, any scale, the same for all three)."""
+    def frame(self, mic: np.ndarray, ref: np.ndarray, out: np.ndarray, audible: bool) -> bool:
+        """One 10 ms frame (int16 or float, any scale, the same for all three); True when
+        it gave a new estimate of the delay."""
         at = self._at
         for ring, samples in ((self._mic, mic), (self._ref, ref), (self._out, out)):
             ring[at : at + FRAME] = samples
@@ -81,26 +86,24 @@ class EchoMatch:
             self._audible += 1
             if self._audible >= DELAY_EVERY and self._filled >= DELAY_WINDOW + MAX_LAG:
                 self._audible = 0
-                self._estimate_delay()
+                return self._estimate_delay()
+        return False
 
     def _last(self, ring: np.ndarray, n: int, before: int = 0) -> np.ndarray:
         end = self._at + _KEEP - before
         return ring[end - n : end]
 
-    def _estimate_delay(self) -> None:
+    def _estimate_delay(self) -> bool:
         mic = self._last(self._mic, DELAY_WINDOW)
         ref = self._last(self._ref, DELAY_WINDOW + MAX_LAG)
         r = normalised_xcorr(mic, ref)  # r[k]: the reference MAX_LAG - k samples earlier
         k = int(np.argmax(r))
-        if r[k] >= DELAY_MIN_R:
-            self._lags.append(MAX_LAG - k)
-
-    @property
-    def delay(self) -> int | None:
-        """The echo's delay behind the reference in samples; None: not found yet."""
-        if len(self._lags) < 2:
-            return None
-        return round(statistics.median(self._lags))
+        if r[k] < DELAY_MIN_R:
+            return False
+        self._lags.append(MAX_LAG - k)
+        if len(self._lags) >= 2:
+            self.delay = round(statistics.median(self._lags))
+        return self.delay is not None
 
     def match(self) -> float | None:
         """The output's last 192 ms against the reference at the echo's delay (± 32 ms):
