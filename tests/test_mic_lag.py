@@ -65,3 +65,23 @@ async def test_the_mic_catches_up_after_the_process_was_stopped(tmp_path: Path) 
     assert abs(stamps["speech_start"] - say.onset) < 0.3, (stamps, say.onset)
     print(f"endpoint heard {heard * 1000:.0f} ms after the voice ended (window 300 ms); "
           f"loop lag {(stamps['endpoint_heard'] - stamps['endpoint']) * 1000:.0f} ms")  # fmt: skip
+
+
+async def test_a_line_waiting_on_a_reply_that_never_comes_ends_the_run(tmp_path: Path) -> None:
+    """The bench's room (bench/room.py STUCK_S): a turn that makes no reply (here the server
+    refuses) leaves the next line waiting; the run ends once the room has been quiet
+    `stuck_s`, the line unsaid, instead of waiting out its limit."""
+    wav = make_speech("Turn on the kitchen lights please.", tmp_path / "q.wav",
+                      voice="en-us", speed=150, pad_before=0.0, pad_after=0.0)  # fmt: skip
+    audio = np.frombuffer(read_wav(wav)[0], dtype="<i2").astype(np.float32) / 32768
+    asked, over = Say("kitchen", audio, at=0.5), Say("again", audio, reply=1)
+    with refused_port() as port:
+        run = await run_satellite_in_room(
+            f"tcp://127.0.0.1:{port}", [asked, over], QUIET_ROOM, tmp_path,
+            "--server-retry-s", "0.2", quiet_s=60.0, limit_s=120, stuck_s=3.0,
+        )  # fmt: skip
+    assert run.settled and asked.onset is not None and over.onset is None, run.log[-3000:]
+    assert [t for t in run.turns if t["stamps"].get("endpoint_heard")], run.log[-3000:]
+    assert not run.room.replies
+    assert run.room.mic_opened is not None
+    assert run.room.now - run.room.mic_opened < 20, run.log[-3000:]

@@ -49,6 +49,10 @@ ROOM_SERVER_ARGS = ("--max-tokens", "48")
 # Silence after the user's last word before a run may end: longer than a turn takes under
 # load (E2E reached 15 s at load 12-17), so a reply still to come is not cut off.
 QUIET_S = 30.0
+# The room quiet this long with a line waiting on a reply that never came (AEC3 took the
+# user's words in the 0 dB room, no turn, no reply: the run waited out its limit, 7.5 min at
+# 3 rounds, session 25): the case ends, its lines unsaid counted. Loaded turns take 8-17 s.
+STUCK_S = 60.0
 HEADSET_DB = -90.0  # "echo" of a headset: the microphone does not hear the speaker
 
 
@@ -288,6 +292,7 @@ def run(
                 run_satellite_in_room(
                     server_uri, script, case.acoustics(seed=index + 1), workdir / case.name,
                     *extra, *(satellite_args or ()), quiet_s=QUIET_S, limit_s=limit,
+                    stuck_s=STUCK_S,
                     log_level="DEBUG", record=echoes,
                 )
             )  # fmt: skip
@@ -415,6 +420,7 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
     added = [t["echo"] for t in turns if t.get("echo") and t["echo"].get("added_ms") is not None]
     return {
         "settled": run.settled,
+        "unsaid": sum(say.onset is None for say in script),  # waiting on a reply never made
         "turns": len(turns),
         "replies": len(replies),
         "user_utterances": len(spans),
@@ -661,6 +667,11 @@ def render(room: dict[str, Any]) -> list[str]:
         *(
             f"{r['name']}: ERLE dB per full reply, live / offline: "
             + (", ".join(f"{live:.0f}/{_db_text(off)}" for live, off in pairs) or "—")
+            + (
+                f"; {r['unsaid']} lines unsaid (a turn heard nothing, its reply never came)"
+                if r.get("unsaid")
+                else ""
+            )
             + f"; the room's speaker ran dry {r.get('speaker_underrun_ms', '?')} ms in all"
             + _placement_text(r.get("placement") or {})
             for r in room["cases"]

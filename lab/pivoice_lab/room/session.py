@@ -30,14 +30,17 @@ async def run_satellite_in_room(
     *extra: str,
     quiet_s: float = 4.0,
     limit_s: float = 60.0,
+    stuck_s: float | None = None,
     log_level: str = "DEBUG",
     during: Callable[[Room, asyncio.subprocess.Process], Awaitable[None]] | None = None,
     record: bool = False,
 ) -> RoomRun:
     """Run `wyoming-pivoice satellite --server SERVER` with its speaker and microphone in the
     room, until the script has been said and no reply has played for `quiet_s` (or until
-    `limit_s`); then stop it with SIGTERM. `during(room, process)` runs beside it (a test
-    that stops the process for a while); `record` keeps the room's recordings (Room)."""
+    `limit_s`, or until the room has been quiet `stuck_s` with the script waiting on a reply
+    that never came: the satellite heard nothing in a turn); then stop it with SIGTERM.
+    `during(room, process)` runs beside it (a test that stops the process for a while);
+    `record` keeps the room's recordings (Room)."""
     workdir.mkdir(parents=True, exist_ok=True)
     timing = workdir / "timing.jsonl"
     timing.unlink(missing_ok=True)
@@ -56,7 +59,16 @@ async def run_satellite_in_room(
 
                 def quiet() -> bool:
                     since = room.quiet_since
-                    return room.user_done() and since is not None and room.now - since >= quiet_s
+                    if since is None:
+                        return False
+                    if room.user_done():
+                        return room.now - since >= quiet_s
+                    waiting = [say for say in script if say.onset is None]
+                    return (
+                        stuck_s is not None
+                        and all(say.at is None for say in waiting)  # each on a reply
+                        and room.now - since >= stuck_s
+                    )
 
                 side = asyncio.ensure_future(during(room, proc)) if during else None
                 settled = await room.wait_for(quiet, limit_s)
