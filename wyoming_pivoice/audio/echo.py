@@ -302,6 +302,10 @@ class EchoEstimate:
         self._mic_frames = 0  # frames that may hold echo in the window (the tail too)
         self._couplings: deque[float] = deque(maxlen=WINDOWS_KEPT)
         self._erles: deque[float] = deque(maxlen=WINDOWS_KEPT)
+        # The median of the last few: the lowest (a window still converging, or one with a
+        # leak) held a voice at the echo's level under the margin (bench, −3/−6 dB: 0/2).
+        # Kept here: every frame reads it, a window changes it.
+        self.erle_db = 0.0
         self._floors: deque[float] = deque(maxlen=20)
         self._quiet = 0.0
         self._quiet_frames = 0
@@ -317,12 +321,6 @@ class EchoEstimate:
     @property
     def coupling_db(self) -> float | None:
         return min(self._couplings) if self._couplings else None
-
-    @property
-    def erle_db(self) -> float:
-        # The median of the last few: the lowest (a window still converging, or one with a
-        # leak) held a voice at the echo's level under the margin (bench, −3/−6 dB: 0/2).
-        return float(np.median(self._erles)) if self._erles else 0.0
 
     @property
     def floor(self) -> float:
@@ -374,6 +372,7 @@ class EchoEstimate:
         if known is None or coupling <= known + USER_IN_WINDOW_DB:
             erle = _db(echo_energy / max(self._out - floor, 1e-12))
             self._erles.append(min(max(erle, 0.0), MAX_ERLE_DB))
+            self.erle_db = float(np.median(self._erles))
         self._couplings.append(max(coupling, -90.0))
         self._ref = self._mic = self._out = 0.0
         self._frames = self._mic_frames = 0
@@ -382,6 +381,7 @@ class EchoEstimate:
         """Another filter is heard from here (the linear one replaced at a trial's end): what
         it achieves is not known again until measured. The coupling is the room's and stays."""
         self._erles.clear()
+        self.erle_db = 0.0
         self._audible = 0
         self._held = max(self._held, self._expected_now())  # the echo is expected in full at once
 
@@ -974,7 +974,8 @@ class EchoCanceller:
 
 def _mean_square(pcm16: np.ndarray) -> float:
     """A frame's mean-square energy, full scale 1."""
-    return float(np.mean(pcm16.astype(np.float64) ** 2)) * _PCM16_SCALE
+    x = pcm16.astype(np.float64)
+    return float(x @ x) / max(len(x), 1) * _PCM16_SCALE
 
 
 _PCM16_SCALE = 1.0 / (32768.0 * 32768.0)  # a power of two: the scaling is exact
