@@ -10,6 +10,9 @@ def test_a_phrase_the_decoder_repeats_is_kept_once() -> None:
     assert collapse_repeats(loop.strip()) == "turn on the kitchen lights"
     twice = "Turn off the living room lamp. Turn off the living room lamp."
     assert collapse_repeats(twice) == "Turn off the living room lamp."
+    # the decoding cap ended the loop mid-word (the household corpus's "porch", session 26)
+    cut = "turn on the porridge light at sunset turn on the porridge light at sunset turn on the por"
+    assert collapse_repeats(cut) == "turn on the porridge light at sunset"
     # a sound start, then a loop: the start stays
     assert collapse_repeats("What time is it? " + "it's " * 8) == "What time is it? it's"
 
@@ -21,6 +24,7 @@ def test_what_people_say_twice_stays() -> None:
         "it is what it is",
         "Set a timer for ten minutes.",
         "play the song again, play the song",  # a repeat that is not a loop to the end
+        "turn it on turn it on now",  # a shorter last word that is no piece of the phrase
         "",
     ):
         assert collapse_repeats(said) == said

@@ -93,13 +93,19 @@ def max_tokens(audio_s: float) -> int:
 def collapse_repeats(text: str, min_words: int = 6) -> str:
     """Keep one copy of a phrase the text ends by repeating (tiny.en can loop on a short
     command: "turn on the lights turn on the lights ..."). The repeated run must span at
-    least `min_words`, so "no, no, no" stays as said."""
+    least `min_words`, so "no, no, no" stays as said. Its last word may be cut short: the
+    decoding cap (max_tokens) ends a loop mid-word ("… at sunset turn on the por")."""
     words = text.split()
     key = [w.strip(",.!?;:").lower() for w in words]
     n = len(key)
+
+    def same(i: int, unit: int) -> bool:
+        later = key[i + unit]
+        return later == key[i] or (i + unit == n - 1 and bool(later) and key[i].startswith(later))
+
     for start in range(n - min_words + 1):
         for unit in range(1, (n - start) // 2 + 1):
-            if all(key[i] == key[i + unit] for i in range(start, n - unit)):
+            if all(same(i, unit) for i in range(start, n - unit)):
                 return " ".join(words[: start + unit]).rstrip(",;:")
     return text
 
