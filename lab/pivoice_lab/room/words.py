@@ -105,6 +105,7 @@ def run_take(
     fast = FastBargeIn(policy_from(settings))
     result = Utterance(asdict(take))
     cleaned: list[bytes] = []
+    linear: list[bytes] = []  # the linear filter's output (no suppressor), where it runs
     echo_chunks: list[bool] = []
     span: tuple[int, int] | None = None
     sent = b""  # the utterance the satellite hands over
@@ -123,6 +124,7 @@ def run_take(
         captured = float_to_pcm16(mic[lo:hi])
         chunk = canceller.process(captured, now)
         cleaned.append(chunk)
+        linear.append(canceller.linear_chunk or chunk)
         samples = np.frombuffer(chunk, dtype="<i2").astype(np.float32) / 32768
         probability = vad.probability(samples)
         evidence = canceller.evidence(probability)
@@ -166,7 +168,11 @@ def run_take(
     alone = np.concatenate([np.zeros(lag, np.float32), voice])[: len(today)]
     playing = np.repeat(np.array(echo_chunks, dtype=bool), CHUNK_SAMPLES)[: len(today)]
     mixed = np.where(playing, raw, today)
-    signals = {"cleaned": today, "raw": raw, "raw_echo": mixed, "voice": alone}
+    lin = np.frombuffer(b"".join(linear), dtype="<i2").astype(np.float32) / 32768
+    signals = {
+        "cleaned": today, "raw": raw, "raw_echo": mixed, "voice": alone,
+        "linear_echo": np.where(playing, lin, today),
+    }  # fmt: skip
     for ms in (0, *prerolls_ms):
         start = max(0, lo - ms * RATE // 1000)
         for name, signal in signals.items():
