@@ -11,7 +11,7 @@ def test_a_phrase_the_decoder_repeats_is_kept_once() -> None:
     twice = "Turn off the living room lamp. Turn off the living room lamp."
     assert collapse_repeats(twice) == "Turn off the living room lamp."
     # the decoding cap ended the loop mid-word (the household corpus's "porch", session 26)
-    cut = "turn on the porridge light at sunset turn on the porridge light at sunset turn on the por"
+    cut = "turn on the porridge light at sunset " * 2 + "turn on the por"
     assert collapse_repeats(cut) == "turn on the porridge light at sunset"
     # a sound start, then a loop: the start stays
     assert collapse_repeats("What time is it? " + "it's " * 8) == "What time is it? it's"
