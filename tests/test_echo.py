@@ -136,6 +136,9 @@ def test_the_canceller_adds_less_than_a_frame_to_the_capture_path(reply, user):
     assert stats.chunks == len(out) // CHUNK_SAMPLES and stats.lag_samples == 128
     assert stats.added_ms is not None and stats.added_ms >= 8.0
     assert stats.as_dict()["added_max_ms"] >= stats.added_ms
+    # The processing's wall time and, within it, the audio thread's own CPU time.
+    wall, cpu = stats.as_dict()["process_ms"], stats.as_dict()["process_cpu_ms"]
+    assert wall is not None and cpu is not None and 0 < cpu <= wall * 1.05 + 0.05
 
 
 @pytest.mark.parametrize("cut", [False, True])

@@ -224,6 +224,9 @@ class EchoStats:
     chunks: int = 0
     process_s: float = 0.0  # the chunks' processing time on the audio thread
     process_max_s: float = 0.0
+    # …of which this thread ran on a core: the rest it waited (for a core, or for the GIL
+    # while another thread of the process held it).
+    process_cpu_s: float = 0.0
     lag_samples: int = 0
     # Capture frames processed before their reference had come out of the resampler (fed,
     # but held back by it): AEC3 got silence where the reply played.
@@ -251,8 +254,13 @@ class EchoStats:
             "erle_db": self.erle_db,
             "added_ms": self.added_ms,
             "added_max_ms": self.added_max_ms,
+            "process_ms": self._per_chunk_ms(self.process_s),
+            "process_cpu_ms": self._per_chunk_ms(self.process_cpu_s),
             "ref_short_frames": self.ref_short_frames,
         }
+
+    def _per_chunk_ms(self, seconds: float) -> float | None:
+        return round(1000 * seconds / self.chunks, 2) if self.chunks else None
 
     @property
     def added_ms(self) -> float | None:
@@ -733,12 +741,13 @@ class EchoCanceller:
         """One mic chunk (16 kHz mono s16le) read at monotonic `captured` → the same length,
         echo removed."""
         with self._lock:
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), time.thread_time()
             out = self._process(chunk, captured)
             spent = time.perf_counter() - began
             stats = self.stats
             stats.chunks += 1
             stats.process_s += spent
+            stats.process_cpu_s += time.thread_time() - cpu
             stats.process_max_s = max(stats.process_max_s, spent)
             return out
 

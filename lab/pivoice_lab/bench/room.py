@@ -438,6 +438,9 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
         "e2e_from_endpoint_ms": e2e,
         "added_ms": [a["added_ms"] for a in added],
         "added_max_ms": max((a["added_max_ms"] for a in added), default=None),
+        # …its processing per chunk, wall and this thread's CPU (the rest: waiting)
+        "process_ms": [a["process_ms"] for a in added if a.get("process_ms") is not None],
+        "process_cpu_ms": [a["process_cpu_ms"] for a in added if a.get("process_cpu_ms")],
     }
 
 
@@ -488,6 +491,8 @@ def _summary(results: list[dict]) -> dict[str, Any]:
             "added_ms_max": max(
                 (r["added_max_ms"] for r in on if r.get("added_max_ms") is not None), default=None
             ),
+            "process_ms_median": median([a for r in on for a in r.get("process_ms", [])]),
+            "process_cpu_ms_median": median([a for r in on for a in r.get("process_cpu_ms", [])]),
             "e2e_from_endpoint_ms_median": median(
                 [e for r in on for e in r["e2e_from_endpoint_ms"]]
             ),
@@ -663,7 +668,8 @@ def render(room: dict[str, Any]) -> list[str]:
         f"AEC cost: {cpu['percent_of_one_core']} % of one core ({cpu['cpu_s']} s CPU for "
         f"{cpu['audio_s']:.0f} s of audio); added to the capture path per turn: median "
         f"{on.get('added_ms_median')} ms, at most {on.get('added_ms_max')} ms (one 10 ms frame "
-        "and the processing).",
+        f"and the processing: {on.get('process_ms_median')} ms a chunk, of which the audio "
+        f"thread ran {on.get('process_cpu_ms_median')} ms).",
         *(
             f"{r['name']}: ERLE dB per full reply, live / offline: "
             + (", ".join(f"{live:.0f}/{_db_text(off)}" for live, off in pairs) or "—")
