@@ -5,7 +5,9 @@ It serves what huggingface_hub asks of a file: `HEAD` and `GET /{repo}/resolve/{
 with `X-Repo-Commit`, an `ETag` that is the file's SHA-256 (as the Hub states for files in
 LFS), `Content-Length`, `Range` requests answered with 206, and `X-Error-Code` on a 404.
 Faults on cue: `cut` files are cut off half-way on their first GET (the connection closes),
-`corrupt` files are served with one byte changed under the true checksum.
+`corrupt` files are served with one byte changed under the true checksum, and a `hang_up`
+hub closes every connection unanswered (a proxy, a captive portal or another server on the
+port: the exchange breaks, nothing refuses it).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class FakeHub:
     files: dict[str, dict[str, Path]] = field(default_factory=dict)  # repo → path → file
     cut: set[str] = field(default_factory=set)  # paths cut off on their first GET
     corrupt: set[str] = field(default_factory=set)  # paths served with a byte changed
+    hang_up: bool = False  # every request closed without an answer
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # method, path, Range
     _server: ThreadingHTTPServer | None = None
 
@@ -58,6 +61,9 @@ class FakeHub:
             def _answer(self, body: bool) -> None:
                 path = unquote(self.path.split("?")[0])
                 hub.requests.append((self.command, path, self.headers.get("Range")))
+                if hub.hang_up:
+                    self.close_connection = True
+                    return
                 parts = path.strip("/").split("/")
                 if len(parts) < 5 or parts[2] != "resolve":
                     return self._missing("RepoNotFound")

@@ -4,12 +4,9 @@ huggingface_hub client; download, resume, checksum, offline and fallback."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socketserver
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -249,27 +246,11 @@ def test_the_server_offline_without_fallback_stops_with_one_line(
     assert "Ready" not in out
 
 
-@contextlib.contextmanager
-def not_a_hub() -> Iterator[str]:
-    """A loopback endpoint that accepts a connection and closes it unanswered (a proxy, a
-    captive portal or another server on the port): the exchange breaks, nothing refuses it."""
-
-    class Hangup(socketserver.BaseRequestHandler):
-        def handle(self) -> None:
-            self.request.recv(4096)
-
-    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Hangup) as server:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        try:
-            yield f"http://127.0.0.1:{server.server_address[1]}"
-        finally:
-            server.shutdown()
-
-
 def test_an_endpoint_that_is_no_hub_is_one_line_and_falls_back(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with not_a_hub() as endpoint:
+    with FakeHub(hang_up=True) as hub:
+        endpoint = hub.url
         monkeypatch.setenv("HF_ENDPOINT", endpoint)
         with pytest.raises(ModelDownloadError) as caught:
             models.resolve_llm("qwen2.5-1.5b-instruct-q4_k_m", ModelStore(str(tmp_path / "a")))
@@ -284,8 +265,8 @@ def test_an_endpoint_that_is_no_hub_is_one_line_and_falls_back(
 def test_a_server_whose_models_all_fail_stops_with_one_line(tmp_path: Path) -> None:
     """The voice and the LLM both fail (the start stops at the first): one line, exit 1, and
     no traceback for the failure nobody waited for."""
-    with not_a_hub() as endpoint:
-        env = pivoice_env({**os.environ, "HF_ENDPOINT": endpoint})
+    with FakeHub(hang_up=True) as hub:
+        env = pivoice_env({**os.environ, "HF_ENDPOINT": hub.url})
         result = subprocess.run(
             [sys.executable, "-m", "wyoming_pivoice", "server", "--no-zeroconf",
              "--uri", f"tcp://127.0.0.1:{free_port()}", "--voice", "zh_CN-huayan-medium",
