@@ -440,7 +440,9 @@ def _score(run: RoomRun, script: list[Say], by_id: dict[str, Utterance]) -> dict
         "added_max_ms": max((a["added_max_ms"] for a in added), default=None),
         # …its processing per chunk, wall and this thread's CPU (the rest: waiting)
         "process_ms": [a["process_ms"] for a in added if a.get("process_ms") is not None],
-        "process_cpu_ms": [a["process_cpu_ms"] for a in added if a.get("process_cpu_ms")],
+        "process_cpu_ms": [
+            a["process_cpu_ms"] for a in added if a.get("process_cpu_ms") is not None
+        ],
     }
 
 

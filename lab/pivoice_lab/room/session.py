@@ -63,11 +63,11 @@ async def run_satellite_in_room(
                         return False
                     if room.user_done():
                         return room.now - since >= quiet_s
-                    waiting = [say for say in script if say.onset is None]
                     return (
                         stuck_s is not None
-                        and all(say.at is None for say in waiting)  # each on a reply
                         and room.now - since >= stuck_s
+                        # every line still to say waits on a reply (a timed one comes anyway)
+                        and all(say.at is None for say in script if say.onset is None)
                     )
 
                 side = asyncio.ensure_future(during(room, proc)) if during else None
