@@ -823,8 +823,9 @@ class EchoCanceller:
             use_out = (echo and not self.estimate.no_echo) or self.settings.always_process
             chosen = out if use_out else near
             outputs.append(chosen)
-            if self._match.frame(near, ref, chosen, audible) and self._match.delay is not None:
-                self.estimate.echo_delay_frames = self._match.delay // FRAME
+            delay = self._match.frame(near, ref, chosen, audible)
+            if delay is not None:
+                self.estimate.echo_delay_frames = delay // FRAME
             # What the turn policy weighs. In a barge-in's trial a voice is in the microphone
             # and so in both filters' outputs; a leak is one filter's own: the unconverged
             # fresh one, heard after a window it won at the floor, passed a reply's last

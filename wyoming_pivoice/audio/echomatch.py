@@ -73,9 +73,9 @@ class EchoMatch:
         # found yet.
         self.delay: int | None = None
 
-    def frame(self, mic: np.ndarray, ref: np.ndarray, out: np.ndarray, audible: bool) -> bool:
-        """One 10 ms frame (int16 or float, any scale, the same for all three); True when
-        it gave a new estimate of the delay."""
+    def frame(self, mic: np.ndarray, ref: np.ndarray, out: np.ndarray, audible: bool) -> int | None:
+        """One 10 ms frame (int16 or float, any scale, the same for all three); the delay
+        when this frame gave a new estimate of it, else None."""
         at = self._at
         for ring, samples in ((self._mic, mic), (self._ref, ref), (self._out, out)):
             ring[at : at + FRAME] = samples
@@ -87,23 +87,23 @@ class EchoMatch:
             if self._audible >= DELAY_EVERY and self._filled >= DELAY_WINDOW + MAX_LAG:
                 self._audible = 0
                 return self._estimate_delay()
-        return False
+        return None
 
     def _last(self, ring: np.ndarray, n: int, before: int = 0) -> np.ndarray:
         end = self._at + _KEEP - before
         return ring[end - n : end]
 
-    def _estimate_delay(self) -> bool:
+    def _estimate_delay(self) -> int | None:
         mic = self._last(self._mic, DELAY_WINDOW)
         ref = self._last(self._ref, DELAY_WINDOW + MAX_LAG)
         r = normalised_xcorr(mic, ref)  # r[k]: the reference MAX_LAG - k samples earlier
         k = int(np.argmax(r))
         if r[k] < DELAY_MIN_R:
-            return False
+            return None
         self._lags.append(MAX_LAG - k)
         if len(self._lags) >= 2:
             self.delay = round(statistics.median(self._lags))
-        return self.delay is not None
+        return self.delay
 
     def match(self) -> float | None:
         """The output's last 192 ms against the reference at the echo's delay (± 32 ms):
