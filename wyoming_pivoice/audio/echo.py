@@ -34,14 +34,13 @@ from ..satellite.protocols import Hearing
 from ..satellite.settings import EchoSettings
 from ..satellite.turn_policy import NO_COUPLING_DB, Evidence, TurnPolicy
 from .aec3 import Aec3
+from .apm import LivekitApm
 from .echomatch import EchoMatch
 from .format import RATE
 from .mdf import Mdf
 from .pcm import StreamingConverter, frame_bytes
 
 if TYPE_CHECKING:
-    from livekit import rtc
-
     from ..satellite.protocols import AudioSource
 
 _LOGGER = logging.getLogger(__name__)
@@ -129,32 +128,6 @@ RESUME_UNSURE_FRAMES = CONVERGE_FRAMES
 DUMP_SECONDS = 600.0  # --aec-dump's bound: 10 min (38 MB)
 
 
-class LivekitApm:
-    """livekit's AudioProcessingModule (WebRTC's APM) frame by frame, as aec3.Aec3: it has no
-    linear output. ImportError/OSError when livekit cannot load here."""
-
-    def __init__(self, settings: EchoSettings) -> None:
-        from livekit import rtc
-
-        self._apm: rtc.AudioProcessingModule = rtc.AudioProcessingModule(
-            echo_cancellation=settings.echo_cancellation,
-            noise_suppression=settings.noise_suppression,
-            high_pass_filter=settings.high_pass_filter,
-            auto_gain_control=settings.auto_gain_control,
-        )
-        self._delay = settings.echo_cancellation
-
-    def frame(self, render: bytes, near: np.ndarray) -> tuple[np.ndarray, None]:
-        from livekit.rtc import AudioFrame
-
-        self._apm.process_reverse_stream(AudioFrame(render, RATE, 1, FRAME))
-        if self._delay:
-            self._apm.set_stream_delay_ms(0)
-        capture = AudioFrame(near.tobytes(), RATE, 1, FRAME)
-        self._apm.process_stream(capture)
-        return np.frombuffer(capture.data, dtype=np.int16).copy(), None
-
-
 Apm = LivekitApm | Aec3
 
 
@@ -182,7 +155,12 @@ def load_apm(settings: EchoSettings, native: bool = False) -> Apm:
     linear barge-in asks for it."""
     if native:
         return Aec3(settings.high_pass_filter, linear_output=_wants_native_linear(settings))
-    return LivekitApm(settings)
+    return LivekitApm(
+        settings.echo_cancellation,
+        settings.noise_suppression,
+        settings.high_pass_filter,
+        settings.auto_gain_control,
+    )
 
 
 def _wants_native_linear(settings: EchoSettings) -> bool:
@@ -740,8 +718,9 @@ class EchoCanceller:
     def process(self, chunk: bytes, captured: float) -> bytes:
         """One mic chunk (16 kHz mono s16le) read at monotonic `captured` → the same length,
         echo removed."""
+        # Timed from before the lock: a chunk that waits for the speaker's thread waits too.
+        began, cpu = time.perf_counter(), time.thread_time()
         with self._lock:
-            began, cpu = time.perf_counter(), time.thread_time()
             out = self._process(chunk, captured)
             spent = time.perf_counter() - began
             stats = self.stats
@@ -773,7 +752,7 @@ class EchoCanceller:
             ref = self._reference_frame(self._capture_index)
             if self._ref.end < self._capture_index + FRAME <= self._ref.fed_until:
                 self.stats.ref_short_frames += 1
-            ref_energy = float(np.mean(ref * ref))
+            ref_energy = float(ref @ ref) / FRAME
             audible = ref_energy > SILENT_RMS * SILENT_RMS
             if audible:
                 self._last_echo_index = self._capture_index
