@@ -46,7 +46,8 @@ def normalised_xcorr(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """r[k] = <x, y[k : k + len(x)]> / (|x| |y[k : k + len(x)]|) for every k with y's slice
     whole (len(y) - len(x) + 1 values), through the FFT."""
     n, m = len(x), len(y)
-    size = 1 << int(np.ceil(np.log2(n + m)))
+    # The FFT's product is circular, but no k + i (k ≤ m − n, i < n) reaches m: m points do.
+    size = 1 << int(np.ceil(np.log2(m)))
     dots = np.fft.irfft(np.fft.rfft(y, size) * np.conj(np.fft.rfft(x, size)), size)[: m - n + 1]
     squares = np.concatenate([[0.0], np.cumsum(y * y)])
     energies = squares[n:] - squares[: m - n + 1]
