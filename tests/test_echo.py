@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import wave
 from collections.abc import Callable
 from itertools import pairwise
@@ -13,7 +14,7 @@ from wyoming.audio import AudioFormat
 
 from pivoice_lab.room.acoustics import EchoPath, NoiseFloor, RoomAcoustics
 from tests.helpers import make_speech
-from wyoming_pivoice.audio.echo import ONSET_FRAMES, CaptureClock, EchoCanceller
+from wyoming_pivoice.audio.echo import ONSET_FRAMES, CaptureClock, EchoCanceller, _SpareApm
 from wyoming_pivoice.audio.echomatch import EchoMatch
 from wyoming_pivoice.audio.format import CHUNK_SAMPLES, CHUNK_SECONDS
 from wyoming_pivoice.audio.pcm import StreamingConverter
@@ -307,6 +308,27 @@ def test_a_barge_in_keeps_the_filter_and_tries_a_fresh_one_beside_it(
     assert early >= kept_early - 0.5, (early, kept_early, fresh_early)
     assert early >= 12, (early, kept_early, fresh_early)
     assert whole >= max(kept_whole, fresh_whole) - 3, (whole, kept_whole, fresh_whole)
+
+
+def test_a_barge_in_takes_a_fresh_filter_made_ahead_on_another_thread():
+    """The fresh AEC3 of a barge-in is not made on the audio thread under the lock (≈ 20 ms
+    under load, which the cut and the next chunk waited for): one was made ahead."""
+    made_on: list[str] = []
+
+    def make() -> _Filter:
+        made_on.append(threading.current_thread().name)
+        return _Filter(0.5)
+
+    canceller = EchoCanceller(EchoSettings())
+    canceller._spare = spare = _SpareApm(make)
+    spare.refill()
+    ahead = spare._ready.get(timeout=10)  # the thread made it
+    spare._ready.put(ahead)
+    canceller.barge_in()
+    assert canceller._second is ahead
+    assert made_on[0] == "pivoice spare apm"
+    canceller.barge_in()  # at once again: made here if the next is not ready, never None
+    assert isinstance(canceller._second, _Filter) and canceller._second is not ahead
 
 
 class _Filter:

@@ -110,21 +110,22 @@ class _Requests:
         self._requests = [data for _, data in steps]  # the pointers below point into these
         self._calls = [(self._pointer(data), len(data), kind) for kind, data in steps]
         self._ok: dict[str, bytes] = {}
+        # The response's pointer and length, written by every call: made once.
+        self._out = ctypes.POINTER(ctypes.c_ubyte)()
+        self._out_len = ctypes.c_size_t()
+        self._out_refs = (ctypes.byref(self._out), ctypes.byref(self._out_len))
 
     @staticmethod
     def _pointer(data: bytes) -> Any:
         return ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_ubyte))
 
     def frame(self) -> None:
-        lib = self._lib
+        lib, out, out_len = self._lib, self._out, self._out_len
+        out_ref, len_ref = self._out_refs
         for pointer, size, kind in self._calls:
-            out = ctypes.POINTER(ctypes.c_ubyte)()
-            out_len = ctypes.c_size_t()
-            handle = lib.livekit_ffi_request(
-                pointer, size, ctypes.byref(out), ctypes.byref(out_len)
-            )
+            handle = lib.livekit_ffi_request(pointer, size, out_ref, len_ref)
             response = ctypes.string_at(out, out_len.value)
-            lib.livekit_ffi_drop_handle(ctypes.c_uint64(handle))
+            lib.livekit_ffi_drop_handle(handle)
             if self._ok.get(kind) != response:
                 self._check(kind, response)
 
