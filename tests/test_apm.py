@@ -49,3 +49,14 @@ def test_an_error_response_is_raised() -> None:
     response.apm_process_stream.error = "bad frame"
     with pytest.raises(RuntimeError, match="bad frame"):
         fast._check("apm_process_stream", response.SerializeToString())
+
+
+def test_a_frame_of_another_size_is_refused_and_the_buffers_stay() -> None:
+    apm = LivekitApm(echo_cancellation=True)
+    near = np.zeros(FRAME, dtype=np.int16)
+    with pytest.raises(ValueError):
+        apm.frame(bytes(2 * FRAME + 2), near)
+    with pytest.raises(ValueError):
+        apm.frame(bytes(2 * FRAME), np.zeros(FRAME + 1, dtype=np.int16))
+    out, _ = apm.frame(bytes(2 * FRAME), near)
+    assert len(out) == FRAME

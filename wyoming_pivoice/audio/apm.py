@@ -50,7 +50,10 @@ class LivekitApm:
         self._delay = echo_cancellation
         self._render = bytearray(FRAME_BYTES)
         self._capture = bytearray(FRAME_BYTES)
-        self._near = np.frombuffer(self._capture, dtype=np.int16)  # a view: written in place
+        # Views held for the APM's life: a bytearray with a view cannot be resized, so the
+        # buffers the requests point at never move, and a frame of another size is an error.
+        self._render_view = memoryview(self._render)
+        self._near = np.frombuffer(self._capture, dtype=np.int16)  # written in place
         self._fast: _Requests | None = None
         try:
             self._fast = _Requests(self._apm, self._render, self._capture, self._delay)
@@ -58,7 +61,7 @@ class LivekitApm:
             _LOGGER.info("livekit's APM through its public API (%s)", err)
 
     def frame(self, render: bytes, near: np.ndarray) -> tuple[np.ndarray, None]:
-        self._render[:] = render
+        self._render_view[:] = render
         self._near[:] = near
         if self._fast is not None:
             self._fast.frame()
@@ -101,8 +104,7 @@ class _Requests:
                 body.num_channels = 1
             return req.SerializeToString()
 
-        # The buffers must never move: bytearrays whose size never changes do not.
-        self._buffers = (render, capture)
+        self._buffers = (render, capture)  # never resized (LivekitApm holds views of them)
         steps = [("apm_process_reverse_stream", request("apm_process_reverse_stream", render))]
         if delay:  # AEC3 is told the delay before every capture frame, as the public API does
             steps.append(("apm_set_stream_delay", request("apm_set_stream_delay")))

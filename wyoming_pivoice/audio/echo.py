@@ -443,8 +443,7 @@ class _Reference:
 class _SpareApm:
     """A fresh APM made ahead, on a thread of its own, for the next barge-in. Made at the
     barge-in it took ≈ 20 ms under load on the audio thread, under the canceller's lock: the
-    cut and the next chunk waited for it (a chunk's added latency at a barge-in: 31-32 ms,
-    bench at load 4.7)."""
+    cut and the next chunk waited for it."""
 
     def __init__(self, make: Callable[[], Apm]) -> None:
         self._make = make
