@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from .aec3 import FRAME
 from .format import RATE
 
 _LOGGER = logging.getLogger(__name__)
 
-FRAME = RATE // 100
 FRAME_BYTES = FRAME * 2
 
 
@@ -54,7 +54,7 @@ class LivekitApm:
         # buffers the requests point at never move, and a frame of another size is an error.
         self._render_view = memoryview(self._render)
         self._near = np.frombuffer(self._capture, dtype=np.int16)  # written in place
-        self._fast: _Requests | None = None
+        self._fast: _Requests | None = None  # points at the two buffers, which outlive it
         try:
             self._fast = _Requests(self._apm, self._render, self._capture, self._delay)
         except Exception as err:  # livekit's internals moved: its public API, a little slower
@@ -104,7 +104,6 @@ class _Requests:
                 body.num_channels = 1
             return req.SerializeToString()
 
-        self._buffers = (render, capture)  # never resized (LivekitApm holds views of them)
         steps = [("apm_process_reverse_stream", request("apm_process_reverse_stream", render))]
         if delay:  # AEC3 is told the delay before every capture frame, as the public API does
             steps.append(("apm_set_stream_delay", request("apm_set_stream_delay")))
