@@ -521,6 +521,56 @@ def test_replies_shorter_than_the_echo_delay_keep_the_room_coupled():
         assert estimate.coupling_db is not None and estimate.coupling_db > -8, estimate.coupling_db
 
 
+def test_once_the_reference_falls_silent_its_echo_is_expected_to_die_away_uncancelled():
+    """AEC3 passed a reply's last word whole once the reference fell silent (live, −3 dB/250
+    ms, RT60 0.7 s, load 4.5-5.1: residual = microphone, −35 → −47 dBFS, Silero 0.6-0.8, five
+    self-made turns), 14-20 dB over an estimate that still counted the reply's 40 dB ERLE. The
+    echo still on its way is expected in full, then falling with an 0.8 s tail; a voice at the
+    echo's level right after it stands clear of it once the tail has fallen."""
+    from wyoming_pivoice.audio.echo import TAIL_PER_FRAME, EchoEstimate
+
+    estimate = EchoEstimate()
+    loud, floor, delay = 1e-2, 1e-7, 27
+    estimate.echo_delay_frames = delay
+    for _ in range(300):  # a reply heard: coupling −3 dB, 40 dB cancelled
+        estimate.frame(loud, loud / 2 + floor, loud / 2 / 1e4 + floor, audible=True, echo=True)
+    echo = loud / 2
+    assert estimate.expected_residual() < echo / 1000
+    expected = []
+    for _ in range(100):
+        estimate.frame(0.0, floor, floor, audible=False, echo=True)
+        expected.append(estimate.expected_residual())
+    # Until the last loud frame's echo has arrived: the echo in full, nothing counted off.
+    assert all(e == pytest.approx(echo, rel=0.1) for e in expected[: delay - 1])
+    # Then the room's tail: 0.75 dB a frame, never faster.
+    after = expected[delay + 10]
+    assert after == pytest.approx(echo * TAIL_PER_FRAME**11, rel=0.1)
+    assert all(b >= a * TAIL_PER_FRAME * 0.99 for a, b in pairwise(expected[delay:]))
+    # The live leak stays under it: 15, 18 and 27 dB under the echo 0.1, 0.2 and 0.3 s after
+    # the reference fell silent.
+    for frames, under_db in ((10, 15.0), (20, 18.0), (30, 27.0)):
+        assert expected[frames] > echo * 10 ** (-under_db / 10)
+    # A voice at the echo's level 0.25 s after the echo stopped arriving is well clear of it
+    # (the policy's strong margin, 12 dB).
+    assert expected[delay + 25] < echo * 10 ** (-12 / 10)
+
+
+def test_a_short_pause_inside_a_reply_counts_the_cancelling_again_as_soon_as_it_sounds():
+    """The tail is counted only while the reference is silent: once it sounds again the
+    reply's ERLE is counted, the expected residual falling to it at FALL_DB_PER_FRAME."""
+    from wyoming_pivoice.audio.echo import EchoEstimate
+
+    estimate = EchoEstimate()
+    loud, floor = 1e-2, 1e-7
+    estimate.echo_delay_frames = 15
+    for _ in range(300):
+        estimate.frame(loud, loud / 4 + floor, loud / 4 / 1000 + floor, audible=True, echo=True)
+    for _ in range(3):  # a 30 ms pause
+        estimate.frame(0.0, loud / 4, loud / 4, audible=False, echo=True)
+    assert estimate.expected_residual() >= loud / 4 * 0.9
+    _falls_in_a_tenth_of_a_second(estimate, loud)
+
+
 # ---- the linear filter beside AEC3, for barge-in (mdf.py, session 14) ----------------------
 
 

@@ -27,6 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
@@ -108,6 +109,16 @@ TRIAL_LEAK = 10.0  # 10 dB
 # (RT60 0.7 s: 0.9 dB a frame), so a real fall of the echo is followed as it happens.
 FALL_DB_PER_FRAME = 3.0
 FALL_PER_FRAME = 10 ** (-FALL_DB_PER_FRAME / 10)
+# Once the reference falls silent its echo still arrives for the echo's delay and then dies
+# away with the room's tail, and AEC3 passes it whole: live (−3 dB/250 ms, RT60 0.7 s, load
+# 4.5-5.1, session 27) the last word's echo came through at −35 → −47 dBFS, residual = the
+# microphone, 0.1-0.3 s after the reference fell silent, Silero 0.6-0.8, 14-20 dB over an
+# estimate that still counted the reply's 40 dB ERLE: five self-made turns. So while the
+# reference is silent the echo expected is each recent reference frame × the coupling, in full
+# until its echo has arrived, then falling at the slowest tail we design for (RT60 0.8 s: 0.75
+# dB a frame), with nothing counted off for cancelling.
+TAIL_RT60_S = 0.8
+TAIL_PER_FRAME = 10 ** (-60 / (TAIL_RT60_S * 100) / 10)
 VOICE_PROBABILITY = 0.5  # a chunk the VAD scores this high may hold the user's voice
 # A chunk over a reply is matched against the echo (echomatch.py) from this VAD probability
 # on: the lowest any rule of turn_policy.decide counts.
@@ -305,6 +316,7 @@ class EchoEstimate:
         self.echo_delay_frames = 0
         self._audible = 0  # audible frames since the canceller started (or forget_erle)
         self._held = 0.0  # the expected residual, falling at FALL_DB_PER_FRAME at most
+        self._tail = 0.0  # the loudest reference whose echo has arrived, falling with the tail
 
     @property
     def coupling_db(self) -> float | None:
@@ -322,6 +334,9 @@ class EchoEstimate:
 
     def _frame(self, ref: float, mic: float, out: float, audible: bool, echo: bool) -> None:
         self._recent.append(ref if audible else 0.0)
+        delay = self._tail_delay
+        arriving = self._recent[-1 - delay] if len(self._recent) > delay else 0.0
+        self._tail = max(self._tail * TAIL_PER_FRAME, arriving)
         if audible:
             if self._silent_frames >= ONSET_QUIET_FRAMES:
                 self._since_onset = 0
@@ -404,7 +419,8 @@ class EchoEstimate:
     def _expected_now(self) -> float:
         loudest = max(self._recent, default=0.0)
         coupling = self.coupling_db
-        echo = loudest * 10 ** ((coupling if coupling is not None else 0.0) / 10)
+        gain = 10 ** ((coupling if coupling is not None else 0.0) / 10)
+        echo = loudest * gain
         # A reply's first moments: the filter heard may still be the one that adapted
         # through the user's voice over the last reply (a barge-in's trial judges the two
         # filters only as the reply plays), and leaks until it re-adapts (measured with a
@@ -412,7 +428,18 @@ class EchoEstimate:
         # its first 0.5 s: only a voice louder than the echo itself interrupts then; so in
         # the first CONVERGE_FRAMES of echo after the canceller started.
         erle = self.erle_db if self.settled else 0.0
-        return echo / 10 ** (erle / 10) + self.floor
+        expected = echo / 10 ** (erle / 10)
+        if self._silent_frames:  # the reply's echo dying away, uncancelled (TAIL_RT60_S)
+            coming = max(islice(reversed(self._recent), self._tail_delay), default=0.0)
+            expected = max(expected, max(self._tail, coming) * gain)
+        return expected + self.floor
+
+    @property
+    def _tail_delay(self) -> int:
+        """Frames from a reference frame to its echo: echomatch's delay; not known yet, the
+        longest the estimate allows for (RECENT_FRAMES)."""
+        delay = self.echo_delay_frames or RECENT_FRAMES
+        return min(delay, RECENT_FRAMES - 1)
 
 
 def _db(ratio: float) -> float:
