@@ -22,9 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from .format import RATE
-
-FRAME = RATE // 100
 # AEC3's linear filters' length in 4 ms blocks after the delay it estimates (0: AEC3's 13).
 FILTER_BLOCKS = 0
 # EchoCanceller3Config fields set on every AEC3 made here (the lab's knobs; {}: AEC3's defaults).

@@ -20,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .aec3 import FRAME
-from .format import RATE
+from .format import FRAME, RATE
 
 _LOGGER = logging.getLogger(__name__)
 

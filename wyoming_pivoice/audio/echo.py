@@ -39,7 +39,7 @@ from ..satellite.turn_policy import NO_COUPLING_DB, Evidence, TurnPolicy
 from .aec3 import Aec3
 from .apm import LivekitApm
 from .echomatch import EchoMatch
-from .format import RATE
+from .format import FRAME, RATE
 from .mdf import Mdf
 from .pcm import StreamingConverter, frame_bytes
 
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 _LOGGER = logging.getLogger(__name__)
 
-FRAME = RATE // 100  # AEC3 takes 10 ms frames
 # A piece due within this of the previous piece's end continues it (timing jitter);
 # later than that, the gap between them is silence.
 JOIN_SECONDS = 0.05

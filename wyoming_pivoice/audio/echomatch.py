@@ -22,9 +22,8 @@ from collections import deque
 
 import numpy as np
 
-from .format import RATE
+from .format import FRAME, RATE
 
-FRAME = RATE // 100
 MAX_LAG = RATE // 2  # the echo's delay behind the reference is sought up to 500 ms
 DELAY_WINDOW = RATE // 2  # 500 ms of microphone against the reference before it
 # Frames of audible reference between two delay estimates (500 ms): a speaker command opened

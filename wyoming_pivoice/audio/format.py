@@ -16,6 +16,7 @@ MIC_FORMAT = AudioFormat(RATE, WIDTH, CHANNELS)
 CHUNK_SAMPLES = 512  # what Silero VAD takes at 16 kHz
 CHUNK_BYTES = CHUNK_SAMPLES * WIDTH
 CHUNK_SECONDS = CHUNK_SAMPLES / RATE  # 32 ms
+FRAME = RATE // 100  # the echo canceller's frame: AEC3 takes 10 ms at a time
 
 
 def seconds(num_bytes: int) -> float:
