@@ -3,21 +3,18 @@ Silero and fast barge-in."""
 
 from __future__ import annotations
 
-import wave
-
 import numpy as np
 
 from pivoice_lab.room.acoustics import EchoPath, NoiseFloor, RoomAcoustics
 from pivoice_lab.room.dumppolicy import _live_cut, replay
-from tests.helpers import make_speech
+from tests.helpers import make_speech, read_wav
 
 RATE = 16000
 
 
 def _speech(tmp_path, text: str, voice: str) -> np.ndarray:
     path = make_speech(text, tmp_path / f"{voice}.wav", voice=voice, pad_before=0.0, pad_after=0.0)
-    with wave.open(str(path), "rb") as w:
-        pcm = w.readframes(w.getnframes())
+    pcm, *_ = read_wav(path)
     return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768
 
 

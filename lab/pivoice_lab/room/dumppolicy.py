@@ -18,8 +18,7 @@ runs as it did live. Open loop otherwise: a decision here does not cut the refer
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,21 +30,18 @@ from wyoming_pivoice.satellite import EchoSettings, VadSettings, policy_from
 
 from .acoustics import RATE
 from .align import read_dump
-from .livereplay import SLACK_S
+from .echolog import BARGE_IN
+from .livereplay import SLACK_S, WITHIN_S, CaseReplay, decided_over, span_at
 
 PIECE_SAMPLES = RATE // 10  # the reference handed over 100 ms at a time, as the sink does
 LEAD_SECONDS = 0.5  # …this far ahead of the capture
 REFRACTORY_S = 1.0  # after a decision the endpointer holds an utterance: no second count
-BARGE_IN = re.compile(r"Barge-in on the audio thread at ([\d.]+)")
 FORMAT = AudioFormat(RATE, 2, 1)
 
 
 @dataclass
-class DumpReplay:
-    name: str
-    self_barge_ins: list[float] = field(default_factory=list)  # monotonic times
-    decided_after_s: list[float | None] = field(default_factory=list)  # per span over a reply
-    chunks: int = 0
+class DumpReplay(CaseReplay):
+    chunks: int = 0  # 32 ms chunks run
 
 
 def replay(pairs: np.ndarray, first: float, barge_ins: list[float],
@@ -59,8 +55,7 @@ def replay(pairs: np.ndarray, first: float, barge_ins: list[float],
     policy = policy_from(VadSettings())
     fast = FastBargeIn(policy)
     mic, ref = pairs[:, 0], pairs[:, 1]
-    fed, cuts = 0, sorted(barge_ins)
-    cuts_all = list(cuts)
+    fed, cuts, next_cut = 0, sorted(barge_ins), 0
     decided: dict[int, float] = {}
     quiet_until = -1.0
     for n in range(len(mic) // CHUNK_SAMPLES):
@@ -71,8 +66,8 @@ def replay(pairs: np.ndarray, first: float, barge_ins: list[float],
                 canceller.reference(piece.tobytes(), FORMAT, fed / RATE)
             fed += PIECE_SAMPLES
         at = first + end / RATE
-        while cuts and cuts[0] <= at:
-            cuts.pop(0)
+        while next_cut < len(cuts) and cuts[next_cut] <= at:
+            next_cut += 1
             canceller.barge_in()
         cleaned = canceller.process(mic[end - CHUNK_SAMPLES : end].tobytes(), end / RATE)
         samples = np.frombuffer(cleaned, dtype="<i2").astype(np.float32) / 32768
@@ -86,15 +81,14 @@ def replay(pairs: np.ndarray, first: float, barge_ins: list[float],
         if act is not Act.INTERRUPT or at < quiet_until:
             continue
         quiet_until = at + REFRACTORY_S
-        user = next((i for i, (a, b) in enumerate(spans) if a - SLACK_S <= at <= b + SLACK_S), None)
+        user = span_at(spans, at)
         if user is None:
             result.self_barge_ins.append(round(at, 3))
-        elif at <= _live_cut(cuts_all, spans[user]) + CHUNK_SECONDS:
+        elif at <= _live_cut(cuts, spans[user]) + CHUNK_SECONDS:
             decided.setdefault(user, at - spans[user][0])
             quiet_until = max(quiet_until, spans[user][1] + SLACK_S)
         fast = FastBargeIn(policy)
-    heard = [i for i, (a, _) in enumerate(spans) if any(abs(a - o) < 0.01 for o in over)]
-    result.decided_after_s = [round(decided[i], 3) if i in decided else None for i in heard]
+    result.decided_after_s = decided_over(spans, over, decided)
     return result
 
 
@@ -130,10 +124,10 @@ def main() -> None:  # pragma: no cover - a lab tool
     for room in args.rooms:
         result = replay_case(args.bench_json, room, args.trace)
         ms = [round(d * 1000) if d is not None else None for d in result.decided_after_s]
-        within = sum(1 for d in result.decided_after_s if d is not None and d <= 0.3)
         print(
             f"{result.name}: {result.chunks} chunks; echo taken for the user at "
-            f"{result.self_barge_ins}; over replies within 300 ms {within}/{len(ms)}: {ms}"
+            f"{result.self_barge_ins}; over replies within {WITHIN_S * 1000:.0f} ms "
+            f"{result.within}/{len(ms)}: {ms}"
         )
 
 

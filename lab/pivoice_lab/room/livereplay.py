@@ -64,10 +64,7 @@ def replay(frames: list[Frame], spans: list[tuple[float, float]], over: list[flo
         )  # fmt: skip
         if fast.step(evidence, in_speech=False) is not Act.INTERRUPT:
             continue
-        user = next(
-            (i for i, (a, b) in enumerate(spans) if a - SLACK_S <= frame.at <= b + SLACK_S),
-            None,
-        )
+        user = span_at(spans, frame.at)
         if user is None:
             result.self_barge_ins.append(frame.at)
             fast = FastBargeIn(policy)
@@ -75,11 +72,21 @@ def replay(frames: list[Frame], spans: list[tuple[float, float]], over: list[flo
         decided.setdefault(user, frame.at - spans[user][0])
         busy_until = spans[user][1] + SLACK_S
         fast = FastBargeIn(policy)
-    heard = [i for i, (a, _) in enumerate(spans) if any(abs(a - o) < 0.01 for o in over)]
-    result.decided_after_s = [
-        round(decided[i], 3) if i in decided else None for i in heard
-    ]  # fmt: skip
+    result.decided_after_s = decided_over(spans, over, decided)
     return result
+
+
+def span_at(spans: list[tuple[float, float]], at: float) -> int | None:
+    """The user's span a decision at `at` belongs to (SLACK_S either side), or None."""
+    return next((i for i, (a, b) in enumerate(spans) if a - SLACK_S <= at <= b + SLACK_S), None)
+
+
+def decided_over(spans: list[tuple[float, float]], over: list[float],
+                 decided: dict[int, float]) -> list[float | None]:  # fmt: skip
+    """For every span the room played over a reply (its onset in `over`), how soon after the
+    onset it was decided (`decided`: by span index), None where it was not."""
+    heard = [i for i, (a, _) in enumerate(spans) if any(abs(a - o) < 0.01 for o in over)]
+    return [round(decided[i], 3) if i in decided else None for i in heard]
 
 
 def policy_with(settings: list[str]) -> TurnPolicy:
