@@ -100,6 +100,18 @@ TRIAL_MARGIN = 2.0  # 3 dB
 # the policy weighed the kept one's lower level, and the two together made a self barge-in.
 # A voice is in both outputs at about one level, so it does not switch them.
 TRIAL_LEAK = 10.0  # 10 dB
+# …and until the trial has judged them (TRIAL_WINDOWS windows of reply), the cancelling
+# counted is at most this: a frame where both leak is guarded by neither. Live (−6 dB/150 ms,
+# load 8.7-9.2, session 28), 0.2-0.45 s into the echo of the second reply after a barge-in,
+# the kept AEC3 took 5-13 dB off (one AEC3 on the dump does the same) while the fresh one
+# leaked too: Silero 0.93-0.96, 5-18 dB over an estimate that counted the 30-40 dB measured
+# before the barge-in: a self barge-in and a self-made turn. At 15 dB that leak stands 3-8 dB
+# under the turn policy's margin. The cost, offline (room.offline --barge-in-before 0.6: the
+# voice over the first reply after a barge-in; −6/−3 dB rooms, 90 voices at −6/0/+6 dB, load
+# ~2): decided within 300 ms 65 → 54 (at the echo's level 23 → 17 of 30), detected 89 → 84
+# (30/30 at the echo's level); 10 dB: 49 and 78, 20 dB: 60 and 88. Counting nothing (session
+# 23) left a voice no margin: 3/11 within 300 ms live against 17/18.
+TRIAL_ERLE_DB = 15.0
 # The expected residual falls no faster than this: it stepped down 25-31 dB in one frame
 # when a reply's first 0.5 s were over or the ERLE estimate moved (no cancelling counted,
 # then all of it), while AEC3 leaked as before — live, a leak then stood 19-23 dB over it
@@ -316,6 +328,7 @@ class EchoEstimate:
         self._audible = 0  # audible frames since the canceller started (or forget_erle)
         self._held = 0.0  # the expected residual, falling at FALL_DB_PER_FRAME at most
         self._tail = 0.0  # the loudest reference whose echo has arrived, falling with the tail
+        self.erle_cap_db: float | None = None  # the most cancelling counted (TRIAL_ERLE_DB)
 
     @property
     def coupling_db(self) -> float | None:
@@ -427,6 +440,8 @@ class EchoEstimate:
         # its first 0.5 s: only a voice louder than the echo itself interrupts then; so in
         # the first CONVERGE_FRAMES of echo after the canceller started.
         erle = self.erle_db if self.settled else 0.0
+        if self.erle_cap_db is not None:
+            erle = min(erle, self.erle_cap_db)
         expected = echo / 10 ** (erle / 10)
         if self._silent_frames:  # the reply's echo dying away, uncancelled (TAIL_RT60_S)
             coming = max(islice(reversed(self._recent), self._tail_delay), default=0.0)
@@ -554,7 +569,8 @@ class EchoCanceller:
     after TRIAL_WINDOWS such windows the worse one is dropped. The next reply never starts on
     an unconverged filter, and a filter that adapted through the voice does not stay. While
     both run, the turn policy weighs the lower of their residuals, frame by frame: a voice
-    is in both, a filter's own leak in one.
+    is in both, a filter's own leak in one; and it counts at most TRIAL_ERLE_DB of cancelling,
+    for where both leak.
     """
 
     def __init__(self, settings: EchoSettings) -> None:
@@ -690,15 +706,14 @@ class EchoCanceller:
 
     def _barge_in(self) -> None:
         self._resume_index, self._unsure = None, None  # a held reply stopped for good
-        # The ERLE measured before stays counted on. Forgetting it (1.5 s of reply expecting
-        # the full echo) guarded against leaks of a filter that adapted through the voice or
-        # started afresh, before the trial weighed the lower of the two residuals; it missed
-        # the user over the first reply after a barge-in (offline, load 2-3: 1/72 within
-        # 300 ms; bench --room-cases chained, load 5-6, the echo rooms: 3/11, kept: 17/18).
-        # Self-made turns came about as often either way (4 in 98 echoing replies; 7 in 209,
-        # 2 of them in the 1.5 s it covered): AEC3's own lapses (docs/room.md, session 23).
+        # The ERLE measured before stays, counted up to TRIAL_ERLE_DB until the trial ends.
+        # Forgetting it (1.5 s of reply expecting the full echo) missed the user over the
+        # first reply after a barge-in (offline, load 2-3: 1/72 within 300 ms; bench
+        # --room-cases chained, load 5-6, the echo rooms: 3/11, kept: 17/18); counting all of
+        # it let both filters' leak at once through (session 28, load 9).
         if not self.settings.echo_cancellation:
             return
+        self.estimate.erle_cap_db = TRIAL_ERLE_DB
         if self._second is not None and self._use_second:
             self._apm = self._second  # the fresh one was winning: it is the live one now
         self._second = self._spare.take()
@@ -756,6 +771,7 @@ class EchoCanceller:
                 self.linear_estimate.forget_erle()
         self._second = None
         self._use_second = False
+        self.estimate.erle_cap_db = None  # one filter, judged: its ERLE counts in full
         self.trials.append("fresh" if fresh else "kept")
         _LOGGER.debug("After the barge-in the %s filter stays", "fresh" if fresh else "kept")
 
