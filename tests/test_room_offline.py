@@ -50,6 +50,29 @@ def test_echo_alone_never_barges_in_and_a_voice_over_it_does(parts):
     assert summary["self_barge_ins"] == 0
 
 
+def test_a_barge_in_before_the_second_reply_puts_its_voice_in_the_trial(parts):
+    """--barge-in-before: the voice over the first reply after a barge-in (the bench's
+    chained case) meets a barge-in's trial, where at most echo.TRIAL_ERLE_DB of the
+    cancelling measured before counts (here ~19 dB was); louder than the echo, it is still
+    decided."""
+    reply, user, vad = parts
+    scene = Scene(ROOM, onset_s=1.5, gain_db=6.0)
+    plain = run_scene(scene, reply, user, vad, record=True)
+    trial = run_scene(replace(scene, barge_in_before_s=0.6), reply, user, vad, record=True)
+
+    def expected(outcome):  # over the reply, settled, in the second before the voice
+        return [
+            e.expected_residual_db for t, e in outcome.evidence
+            if -1.0 < t < 0 and e.playing and e.settled and e.expected_residual_db is not None
+        ]  # fmt: skip
+
+    pairs = list(zip(expected(plain), expected(trial), strict=True))
+    assert len(pairs) > 20
+    assert all(b >= a - 0.5 for a, b in pairs)  # the cap only ever expects more echo
+    assert min(b for _, b in pairs) > min(a for a, _ in pairs) + 3
+    assert trial.detected_after_s is not None and 0 < trial.detected_after_s < 1.0
+
+
 # AEC3's rules out of reach: every margin over the expected residual. (With the ERLE kept
 # through a barge-in, the voice after the scene's recorded barge-in stands far over it.)
 OUT_OF_REACH = {"residual_margin_db": 200.0, "strong_margin_db": 200.0, "plain_margin_db": 200.0}

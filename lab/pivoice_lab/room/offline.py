@@ -62,6 +62,9 @@ class Scene:
     user: str = ""  # a label
     gap_s: float = GAP_S  # between the replies (live: the question, the server's answer)
     move_ms: float = 0.0  # the second reply's reference this much early: the delay moved
+    # A barge-in this long before the second reply starts (None: none): its voice then meets
+    # a barge-in's trial, as the first reply after a barge-in does live (bench chained).
+    barge_in_before_s: float | None = None
 
 
 @dataclass
@@ -118,8 +121,14 @@ def run_scene(
     policy = policy or policy_from(vad_settings or VadSettings())
     fast = FastBargeIn(policy)
     costs: list[float] = []
+    barge_in_at = None
+    if scene.barge_in_before_s is not None:
+        barge_in_at = two.second - round(scene.barge_in_before_s * RATE)
     for n in range(total // CHUNK_SAMPLES):
         lo = n * CHUNK_SAMPLES
+        if barge_in_at is not None and lo >= barge_in_at:
+            canceller.barge_in()
+            barge_in_at = None
         chunk = float_to_pcm16(mic[lo : lo + CHUNK_SAMPLES])
         started = time.perf_counter()
         cleaned = canceller.process(chunk, (n + 1) * CHUNK_SECONDS)
@@ -300,6 +309,11 @@ def main() -> None:  # pragma: no cover - a lab tool
     parser.add_argument("--aec3-config", default="", help="field=value,... (our AEC3's config)")
     parser.add_argument("--hold", action="store_true", help="hold the reply (--hold-reply)")
     parser.add_argument(
+        "--barge-in-before",
+        type=float,
+        help="s: a barge-in this long before the second reply (its voice meets a trial)",
+    )
+    parser.add_argument(
         "--state-span",
         type=int,
         default=VadSettings().state_span,
@@ -340,7 +354,7 @@ def main() -> None:  # pragma: no cover - a lab tool
     record = args.record is not None
     outcomes = []
     for room in rooms:
-        alone = Scene(room, onset_s=None, move_ms=args.move)
+        alone = Scene(room, onset_s=None, move_ms=args.move, barge_in_before_s=args.barge_in_before)
         outcomes.append(
             run_scene(alone, reply, None, vad, record=record, linear_vad=linear_vad,
                       echo_settings=settings, policy=policy)
@@ -348,7 +362,10 @@ def main() -> None:  # pragma: no cover - a lab tool
         for name, voice in voices:
             for gain in (float(g) for g in args.gains.split(",")):
                 for onset in (float(o) for o in args.onsets.split(",")):
-                    scene = Scene(room, onset, gain, user=name, move_ms=args.move)
+                    scene = Scene(
+                        room, onset, gain, user=name, move_ms=args.move,
+                        barge_in_before_s=args.barge_in_before,
+                    )  # fmt: skip
                     outcomes.append(
                         run_scene(scene, reply, voice, vad, record=record,
                                   linear_vad=linear_vad, echo_settings=settings, policy=policy)
