@@ -7,6 +7,8 @@ bench's first question), 1.2 s of quiet, a second reply; optionally the user tal
 second reply at `onset_s` after it starts, at `gain_db` against the echo's own level at the
 microphone (0: the user as loud as the echo). The speaker path and room are the lab's
 (acoustics.py); the reference is handed over aligned to what plays, plus `ref_late_ms`.
+`--barge-in-before S` calls a barge-in S seconds before the second reply, so the voice over it
+meets a barge-in's trial (the bench's chained case: the first reply after a barge-in).
 
 What it reports per scene: whether the fast barge-in fired while the user spoke and how
 long after the voice's onset (the decision; the live cut adds 30-60 ms), and how many times
