@@ -187,6 +187,28 @@ async def test_stop_drops_the_rest_of_a_reply(tmp_path: Path) -> None:
     await asyncio.wait_for(drain, 5.0)  # and whoever waited for the reply is released
 
 
+async def test_a_command_that_dies_mid_reply_drops_the_rest_of_that_reply_only(
+    tmp_path: Path,
+) -> None:
+    """The rest of a failed reply is dropped, not played on a command opened for it: that
+    command took the next reply's {n} (CI: reply 2 went to the player meant for reply 3)."""
+    starts = tmp_path / "starts"
+    # Reads 1000 bytes (the primer and a piece), then exits: the next write fails.
+    sink = CommandSink(f"echo {{n}} >> {starts}; head -c 1000 > /dev/null")
+    fmt = AudioFormat(22050, 2, 1)
+    try:
+        await sink.play(tone(0.5, 22050), fmt)
+        await until(lambda: not sink.playing, "the command's failure", 10.0)
+        await sink.play(tone(0.5, 22050), fmt)  # more of the same reply
+        await asyncio.wait_for(sink.drain(), 10.0)
+        assert starts.read_text().split() == ["1"]
+        await sink.play(tone(0.1, 22050), fmt)  # the next reply opens a command of its own
+        await asyncio.wait_for(sink.drain(), 10.0)
+        assert starts.read_text().split() == ["1", "2"]
+    finally:
+        await sink.close()
+
+
 def test_pyaudio_source_and_sink_through_alsa_file_devices(tmp_path: Path) -> None:
     pcm = tone(0.5)
     infile, outfile = tmp_path / "in.raw", tmp_path / "out.raw"
