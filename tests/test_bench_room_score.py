@@ -65,6 +65,20 @@ def test_where_the_reference_was_placed_is_told_per_room() -> None:
     assert _placement_text({}) == "."
 
 
+def test_live_erle_is_held_against_offline_per_room_with_better_live_counting() -> None:
+    """The target, from the bench's own numbers: the medians and the replies within 6 dB."""
+    from pivoice_lab.bench.room import _erle_vs_offline
+
+    result = {"name": "-6 dB", "erle_db": [28.0, 17.0, 40.0, 20.0],
+              "offline_erle_db": [24.0, 29.0, 30.0, None]}  # fmt: skip
+    row = _erle_vs_offline(result)
+    # The last reply has no offline figure; 17 is 12 dB under its 29, 40 over its 30.
+    assert row["replies"] == 3 and row["replies_within"] == 2
+    assert (row["live_db_median"], row["offline_db_median"]) == (28.0, 29.0)
+    assert row["medians_within"]
+    assert not _erle_vs_offline({**result, "erle_db": [10.0, 17.0, 20.0]})["medians_within"]
+
+
 def test_the_wide_rooms_script_puts_the_recorded_person_over_a_reply_at_their_onsets(
     tmp_path,
 ) -> None:

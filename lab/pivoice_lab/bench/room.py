@@ -54,6 +54,8 @@ QUIET_S = 30.0
 # 3 rounds, session 25): the case ends, its lines unsaid counted. Loaded turns take 8-17 s.
 STUCK_S = 60.0
 HEADSET_DB = -90.0  # "echo" of a headset: the microphone does not hear the speaker
+# The target: live ERLE within this of the same room's offline ERLE (better live counts too).
+ERLE_MARGIN_DB = 6.0
 
 
 @dataclass(frozen=True)
@@ -499,11 +501,34 @@ def _summary(results: list[dict]) -> dict[str, Any]:
                 [e for r in on for e in r["e2e_from_endpoint_ms"]]
             ),
         },
+        "erle_vs_offline": [_erle_vs_offline(r) for r in on if r["case"]["echo_db"] > HEADSET_DB],
         "aec_off": {
             "cases": len(group(False)),
             "turns_from_one_question": [r["turns"] for r in group(False)],
             "self_made_turns": sum(r["self_made_turns"] for r in group(False)),
         },
+    }
+
+
+def _erle_vs_offline(result: dict) -> dict[str, Any]:
+    """One echoing room's live ERLE against offline's (the target), over the full replies
+    both measured: the two medians, and how many replies came within ERLE_MARGIN_DB."""
+    pairs = [
+        (live, off)
+        for live, off in zip(result["erle_db"], result.get("offline_erle_db") or [], strict=False)
+        if live is not None and off is not None
+    ]
+    live_median = statistics.median(p[0] for p in pairs) if pairs else None
+    offline_median = statistics.median(p[1] for p in pairs) if pairs else None
+    return {
+        "room": result["name"],
+        "replies": len(pairs),
+        "live_db_median": None if live_median is None else round(live_median, 1),
+        "offline_db_median": None if offline_median is None else round(offline_median, 1),
+        "medians_within": live_median is not None
+        and offline_median is not None
+        and live_median >= offline_median - ERLE_MARGIN_DB,
+        "replies_within": sum(live >= off - ERLE_MARGIN_DB for live, off in pairs),
     }
 
 
@@ -665,6 +690,19 @@ def render(room: dict[str, Any]) -> list[str]:
         + "; ERLE median "
         f"{on['erle_db_median']} dB; E2E from endpoint median "
         f"{on['e2e_from_endpoint_ms_median']} ms.",
+        "Live ERLE against offline (target: within "
+        f"{ERLE_MARGIN_DB:g} dB, better live counts): "
+        + (
+            "; ".join(
+                f"{e['room']} median {_db_text(e['live_db_median'])} / "
+                f"{_db_text(e['offline_db_median'])} dB "
+                f"({'within' if e['medians_within'] else 'NOT within'}), "
+                f"{e['replies_within']}/{e['replies']} full replies within"
+                for e in s.get("erle_vs_offline", [])
+            )
+            or "—"
+        )
+        + ".",
         f"AEC off: turns from one question {off['turns_from_one_question']} "
         f"({off['self_made_turns']} self-made).",
         f"AEC cost: {cpu['percent_of_one_core']} % of one core ({cpu['cpu_s']} s CPU for "
