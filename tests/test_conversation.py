@@ -23,8 +23,8 @@ def test_store_keeps_bounded_history_per_id() -> None:
     store = ConversationStore("be brief", max_turns=2, max_conversations=2)
     for i in range(3):
         store.record("a", f"q{i}", f"r{i}")
-    messages = store.messages("a", "next")
-    assert [m["content"] for m in messages] == ["be brief", "q1", "r1", "q2", "r2", "next"]
+    messages = store.messages("a", "next")  # past the cap of 2, the oldest half went
+    assert [m["content"] for m in messages] == ["be brief", "q2", "r2", "next"]
     assert store.messages("b", "hi") == [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "hi"},
@@ -32,6 +32,22 @@ def test_store_keeps_bounded_history_per_id() -> None:
     store.record("b", "x", "y")
     store.record("c", "x", "y")  # evicts the least recently used id
     assert len(store) == 2 and len(store.messages("a", "z")) == 2
+
+
+def test_history_past_its_cap_loses_its_oldest_half_at_once() -> None:
+    """So a turn's prompt starts as the last one did (llama.cpp evaluates only what differs)
+    on all but one turn in max_turns/2, not on none once the cap is reached."""
+    store = ConversationStore("sys", max_turns=4)
+    prompts = []
+    for i in range(9):
+        prompts.append([m["content"] for m in store.messages("a", f"q{i}")])
+        store.record("a", f"q{i}", f"r{i}")
+    assert [(len(p) - 2) // 2 for p in prompts] == [0, 1, 2, 3, 4, 2, 3, 4, 2]
+    changed = [
+        i for i in range(1, 9) if prompts[i][: len(prompts[i - 1]) - 1] != prompts[i - 1][:-1]
+    ]
+    assert changed == [5, 8]
+    assert prompts[8] == ["sys", "q6", "r6", "q7", "r7", "q8"]
 
 
 class CharTokens:

@@ -67,7 +67,8 @@ class PromptTooLong(ValueError):
 
 
 class ConversationStore:
-    """Keeps the last `max_turns` exchanges of at most `max_per_host` conversations for
+    """Keeps at most the last `max_turns` exchanges (at least half of them once there were
+    that many: the oldest half goes in one step) of at most `max_per_host` conversations for
     each of at most `max_hosts` client addresses (and `max_conversations` in all: past it
     the address with the most gives up its least recent one).
 
@@ -179,7 +180,14 @@ class ConversationStore:
         history = self._get(key) or _History()
         earlier = self.earlier(key, turn_id)
         exchange = (control.escape(user_text), control.escape(reply))
-        history.turns = [*earlier, exchange][-self.max_turns :]
+        turns = [*earlier, exchange]
+        if len(turns) > self.max_turns:
+            # Past the cap the oldest half goes at once, not one exchange a turn: llama.cpp
+            # reuses its cache only for a prompt's unchanged start, so dropping the oldest
+            # each turn made it evaluate the whole history again on every turn (SmolLM2's
+            # first token 1.5 → 15-18 s from the seventh turn on, bench --room at load 5).
+            turns = turns[-max(1, self.max_turns - self.max_turns // 2) :]
+        history.turns = turns
         history.last_turn_id = turn_id
         history.touched = time.monotonic()
         self._histories[key] = history
