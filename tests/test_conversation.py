@@ -62,16 +62,40 @@ class CharTokens:
 def test_prompt_is_fitted_oldest_history_first_then_the_user_text() -> None:
     store = ConversationStore("sys")
     store.record("a", "x" * 20, "y" * 20)  # one long exchange
-    store.record("a", "short q", "short r")
+    store.record("a", "hi", "yo")
     engine = CharTokens()
     budget = engine.context_size - 20 - 8  # a 20-token reply, and the margin
     messages = store.prompt(engine, store.earlier("a"), "next", reply_tokens=20)
-    assert [m["content"] for m in messages] == ["sys", "short q", "short r", "next"]
+    # Cut down to half the room (a new start is read whole): the short exchange fits in it.
+    assert [m["content"] for m in messages] == ["sys", "hi", "yo", "next"]
     # A turn too long even alone keeps its end, as much as fits.
     messages = store.prompt(engine, store.earlier("a"), "0123456789" * 10, reply_tokens=20)
     assert [m["role"] for m in messages] == ["system", "user"]
     assert engine.count_tokens(messages) == budget
     assert ("0123456789" * 10).endswith(messages[1]["content"])
+
+
+def test_a_history_over_the_context_keeps_its_start_for_turns_after_it_is_cut() -> None:
+    """Fitted to the context, a prompt loses its oldest history down to half the room, and
+    the store forgets what it left out: the next prompts start the same way until the room
+    is full again (not a new start every turn, each read again whole by llama.cpp)."""
+    store = ConversationStore("sys", max_turns=100)
+    engine = CharTokens()
+    engine.context_size = 400
+    budget = 400 - 20 - 8
+    prompts = []
+    for i in range(14):
+        fitted = store.fit(engine, store.earlier("a"), f"q{i}", reply_tokens=20)
+        assert engine.count_tokens(fitted.messages) <= budget
+        prompts.append([m["content"] for m in fitted.messages])
+        store.record("a", f"q{i}", f"r{i}" + "." * 50, kept=fitted.kept)
+    changed = [
+        i for i in range(1, 14) if prompts[i][: len(prompts[i - 1]) - 1] != prompts[i - 1][:-1]
+    ]
+    # Exchanges of ~63 tokens: 5 fit the room (372); cut to half of it, 2 stay, so the start
+    # changes once in 4 turns.
+    assert changed == [6, 10]
+    assert prompts[13][1] == "q8"  # the kept history: the newest
 
 
 def test_conversations_are_scoped_by_address_and_need_a_long_id() -> None:

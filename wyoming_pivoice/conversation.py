@@ -62,6 +62,14 @@ class Notes(Protocol):
     ) -> str: ...
 
 
+@dataclass(frozen=True)
+class Fitted:
+    """A turn's prompt fitted to the context, and how many of the newest exchanges it kept."""
+
+    messages: list[Message]
+    kept: int
+
+
 class PromptTooLong(ValueError):
     """Even the system prompt and one word of the turn do not fit the context."""
 
@@ -120,22 +128,38 @@ class ConversationStore:
     def prompt(
         self, engine: ChatEngine, earlier: list[Exchange], user_text: str, reply_tokens: int
     ) -> list[Message]:
-        """The prompt for a turn, fitted so it and a `reply_tokens` reply fit the context.
+        """The prompt for a turn, fitted so it and a `reply_tokens` reply fit the context."""
+        return self.fit(engine, earlier, user_text, reply_tokens).messages
 
-        Runs where the engine is loaded (its worker thread): counting uses its tokenizer.
+    def fit(
+        self, engine: ChatEngine, earlier: list[Exchange], user_text: str, reply_tokens: int
+    ) -> Fitted:
+        """The prompt for a turn, fitted so it and a `reply_tokens` reply fit the context, and
+        how many of the `earlier` exchanges (the newest) it kept: `record` is told, so the
+        next turn's prompt starts as this one did.
+
+        Once the oldest history must go, it goes until the prompt fills at most half the room
+        (as `record` drops half past `max_turns`). Left out one exchange a turn, every
+        prompt's start changed, and llama.cpp (which re-uses its cache for an unchanged
+        start) read the whole history again on every turn. Runs where the engine is loaded
+        (its worker thread): counting uses its tokenizer.
         """
         budget = engine.context_size - reply_tokens - CONTEXT_MARGIN
         history = list(earlier)
         system = self.system_prompt
         if self.notes is not None:  # the notes come after the system prompt, trimmed first
             system = self.notes.notes_prompt(engine, system, history, user_text, budget)
+        limit = budget
         while True:
             messages = build(system, history, user_text)
-            if engine.count_tokens(messages) <= budget:
-                return messages
+            if engine.count_tokens(messages) <= limit:
+                return Fitted(messages, len(history))
             if not history:
+                if limit < budget and engine.count_tokens(messages) <= budget:
+                    return Fitted(messages, 0)
                 break
             history.pop(0)
+            limit = budget // 2
             _LOGGER.info("Prompt over %d tokens: left out the oldest exchange", budget)
 
         # The turn alone is too long: keep the longest end of it that fits.
@@ -159,11 +183,18 @@ class ConversationStore:
             len(user_text) - high,
             len(user_text),
         )
-        return build(system, [], user_text[high:])
+        return Fitted(build(system, [], user_text[high:]), 0)
 
     def record(
-        self, key: Hashable | None, user_text: str, reply: str, turn_id: str | None = None
+        self,
+        key: Hashable | None,
+        user_text: str,
+        reply: str,
+        turn_id: str | None = None,
+        kept: int | None = None,
     ) -> None:
+        """Add an exchange. `kept`: how many of the earlier exchanges the turn's prompt held
+        (`fit`); the older ones are forgotten, so the next prompt starts the same way."""
         if key is None:
             return  # no memory: each turn stands alone
         self._expire()
@@ -179,6 +210,8 @@ class ConversationStore:
             return
         history = self._get(key) or _History()
         earlier = self.earlier(key, turn_id)
+        if kept is not None and kept < len(earlier):
+            earlier = earlier[len(earlier) - kept :]
         exchange = (control.escape(user_text), control.escape(reply))
         turns = [*earlier, exchange]
         if len(turns) > self.max_turns:

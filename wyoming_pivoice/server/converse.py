@@ -103,7 +103,7 @@ class Conversations:
             first = spec.first
         reply = "".join(pieces).strip()
         tap.close(reply)
-        store.record(key, text, reply, turn_id)
+        store.record(key, text, reply, turn_id, kept=output.history_kept)
         await self.write(Handled(text=reply, context=turn_context).event())
         await self.write(HandledStop().event())
         seconds = time.monotonic() - start

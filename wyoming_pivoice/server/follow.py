@@ -542,6 +542,7 @@ def speculated(spec: Speculation) -> Output[str]:
     output.items = spec.replay()
     if spec.output is not None:
         output.model, output.prompt_tokens = spec.output.model, spec.output.prompt_tokens
+        output.history_kept = spec.output.history_kept
     return output
 
 

@@ -108,7 +108,9 @@ class Services:
         output: Output[str] = Output()
 
         def prompt(engine: TokenCounter) -> list[Message]:
-            return store.prompt(engine, earlier, text, reply_tokens)
+            fitted = store.fit(engine, earlier, text, reply_tokens)
+            output.history_kept = fitted.kept
+            return fitted.messages
 
         def on_prompt(engine: Any, messages: list[Message]) -> None:
             output.model = model_name(engine)
@@ -172,6 +174,7 @@ class Output(Generic[T]):
         self.items: AsyncIterator[T] | None = None
         self.model = "?"  # the engine's model name, known once the engine has the request
         self.prompt_tokens: int | None = None  # an LLM prompt's, by its own tokenizer
+        self.history_kept: int | None = None  # an LLM prompt's exchanges (conversation.fit)
 
     def __aiter__(self) -> AsyncIterator[T]:
         assert self.items is not None
