@@ -152,10 +152,11 @@ class ConversationStore:
         limit = budget
         while True:
             messages = build(system, history, user_text)
-            if engine.count_tokens(messages) <= limit:
+            tokens = engine.count_tokens(messages)
+            if tokens <= limit:
                 return Fitted(messages, len(history))
             if not history:
-                if limit < budget and engine.count_tokens(messages) <= budget:
+                if tokens <= budget:  # history all gone: the turn itself need only fit
                     return Fitted(messages, 0)
                 break
             history.pop(0)
@@ -218,7 +219,8 @@ class ConversationStore:
             # Past the cap the oldest half goes at once, not one exchange a turn: llama.cpp
             # reuses its cache only for a prompt's unchanged start, so dropping the oldest
             # each turn made it evaluate the whole history again on every turn (SmolLM2's
-            # first token 1.5 → 15-18 s from the seventh turn on, bench --room at load 5).
+            # first token 13-19 s against 0.1-2.8 s once the history was full, bench --room
+            # at load 4.5-4.8).
             turns = turns[-max(1, self.max_turns - self.max_turns // 2) :]
         history.turns = turns
         history.last_turn_id = turn_id

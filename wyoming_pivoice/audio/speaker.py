@@ -75,7 +75,7 @@ class QueuedSink:
         self._format: AudioFormat | None = None
         # The reply's backend failed: the rest of it is dropped until its drain or stop.
         # Reopened for it instead, a speaker command with {n} got the next reply's number.
-        self._failed = False
+        self._dropping = False
 
     @property
     def playing(self) -> bool:
@@ -84,7 +84,7 @@ class QueuedSink:
 
     async def play(self, pcm: bytes, fmt: AudioFormat) -> None:
         fmt = plain_format(fmt)
-        if self._failed:
+        if self._dropping:
             return
         if self.playing and fmt != self._format:
             await self.drain()  # a new format mid-reply: finish what we have, reopen
@@ -128,30 +128,30 @@ class QueuedSink:
             raise
         except OSError as err:  # the device vanished, the command died…
             _LOGGER.warning("Playback failed (%s); the rest of this reply is dropped", err)
-            self._failed = True
+            self._dropping = True
             with contextlib.suppress(Exception):
                 await self._abort()
         except Exception:
             _LOGGER.exception("Playback failed; the rest of this reply is dropped")
-            self._failed = True
+            self._dropping = True
             with contextlib.suppress(Exception):
                 await self._abort()
 
     async def drain(self) -> None:
         task, queue = self._task, self._queue
         if task is None or queue is None:
-            self._failed = False
+            self._dropping = False
             return
         queue.put_nowait(None)
         # wait() rather than await: a barge-in's stop() cancels the task, not our caller.
         await asyncio.wait({task})
         if self._task is task:
             self._task = None
-            self._failed = False  # the reply ends here: the next one opens the backend anew
+            self._dropping = False  # the reply ends here: the next one opens the backend anew
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        self._failed = False
+        self._dropping = False
         if task is None:
             return
         if self.tap is not None:
